@@ -1,0 +1,40 @@
+"""Agents, one file each: a frozen config, ``make_agent(config, num_actions)`` and
+``make_optimizer(config, num_updates)``. :data:`AGENTS` maps the command-line names to them."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, NamedTuple
+
+from podracer.agents import ppo, qlambda
+from podracer.agents.ppo import PPOConfig
+from podracer.agents.qlambda import QLambdaConfig
+
+
+class AgentEntry(NamedTuple):
+    config_cls: type
+    module: ModuleType
+
+
+AGENTS: dict[str, AgentEntry] = {
+    "ppo": AgentEntry(PPOConfig, ppo),
+    "qlambda": AgentEntry(QLambdaConfig, qlambda),
+}
+
+
+def get(name: str) -> AgentEntry:
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}: choose one of {', '.join(AGENTS)}")
+    return AGENTS[name]
+
+
+def build(config: Any, num_actions: int, num_updates: int):
+    """``(agent, optimizer)`` for a config of one of :data:`AGENTS`."""
+    for entry in AGENTS.values():
+        if isinstance(config, entry.config_cls):
+            module = entry.module
+            return module.make_agent(config, num_actions), module.make_optimizer(config, num_updates)
+    raise TypeError(f"no agent takes a config of type {type(config).__name__}")
+
+
+__all__ = ["AGENTS", "PPOConfig", "QLambdaConfig", "build", "get", "ppo", "qlambda"]

@@ -1,0 +1,172 @@
+"""PPO: clipped surrogate objective, (clipped) value loss, entropy bonus.
+
+Schulman et al., 2017, https://arxiv.org/abs/1707.06347; defaults and details follow
+Huang et al., 2022, "The 37 implementation details of PPO" (CartPole configuration).
+Advantages are GAE over the whole trajectory (:func:`podracer.core.gae`), normalised with the
+statistics of the *whole* batch across devices, so an update does not depend on how the batch is
+split over devices or minibatches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from podracer.config import check_choice, check_positive, check_range
+from podracer.core.returns import gae
+from podracer.networks import ACTIVATIONS, ActorCritic
+from podracer.types import ActorOutput, Agent, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyper-parameters."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate (initial value when annealed)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run."""
+    num_epochs: int = 4
+    """SGD passes over each batch."""
+    num_minibatches: int = 4
+    """Minibatches per pass; must divide the number of transitions per device."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE trace parameter."""
+    clip_eps: float = 0.2
+    """Clipping range of the probability ratio (and of the value change)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm clip (0 disables it)."""
+    clip_value: bool = True
+    """Clip the value loss as in the reference PPO implementations."""
+    normalize_advantages: bool = True
+    """Normalise advantages by the whole batch's mean and standard deviation."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the MLP torso(s)."""
+    activation: str = "tanh"
+    """Activation of the torso: one of tanh, relu, gelu, silu."""
+    shared_torso: bool = False
+    """One torso for actor and critic instead of one each."""
+
+    def __post_init__(self):
+        check_positive(self, "lr", "num_epochs", "num_minibatches")
+        check_range(self, "gamma", 0.0, 1.0)
+        check_range(self, "gae_lambda", 0.0, 1.0)
+        check_range(self, "clip_eps", 0.0, None, low_open=True)
+        check_range(self, "ent_coef", 0.0, None)
+        check_range(self, "vf_coef", 0.0, None)
+        check_range(self, "max_grad_norm", 0.0, None)
+        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
+            raise ValueError(
+                f"PPOConfig.hidden_sizes={self.hidden_sizes!r}: give one or more positive sizes"
+            )
+        check_choice(self, "activation", tuple(ACTIVATIONS))
+
+
+class PPOBatch(NamedTuple):
+    """One sample per transition, ``[N]`` with ``N = T * B`` (``obs [N, ...]``)."""
+
+    obs: jax.Array
+    action: jax.Array  # i32
+    log_prob: jax.Array  # behaviour log-probability
+    value: jax.Array  # behaviour value estimate
+    advantage: jax.Array  # normalised when asked
+    target: jax.Array  # lambda-return, the value target
+
+
+def make_agent(config: PPOConfig, num_actions: int) -> Agent:
+    """PPO as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
+    network = ActorCritic(
+        num_actions=num_actions,
+        hidden_sizes=tuple(config.hidden_sizes),
+        activation=config.activation,
+        shared_torso=config.shared_torso,
+    )
+
+    def init(key, example_obs):
+        return network.init(key, example_obs[None])
+
+    def act(params, obs, key):
+        logits, value = network.apply(params, obs)
+        action = jax.random.categorical(key, logits)
+        log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], -1)[:, 0]
+        return ActorOutput(action=action, log_prob=log_prob, value=value, logits=logits)
+
+    def prepare(params, traj: Trajectory, mean_fn):
+        num_steps, num_envs = traj.reward.shape
+        flat_obs = traj.bootstrap_obs.reshape(num_steps * num_envs, *traj.obs.shape[2:])
+        v_t = network.apply(params, flat_obs, method=ActorCritic.value)
+        v_t = v_t.reshape(num_steps, num_envs)
+        v_tm1 = traj.behaviour.value
+        advantage = gae(
+            traj.reward, v_tm1, v_t, traj.terminated, traj.truncated,
+            config.gamma, config.gae_lambda,
+        )
+        target = advantage + v_tm1
+        if config.normalize_advantages:
+            mean = mean_fn(advantage)
+            std = jnp.sqrt(mean_fn(jnp.square(advantage - mean)))
+            advantage = (advantage - mean) / (std + 1e-8)
+        batch = PPOBatch(
+            obs=traj.obs,
+            action=traj.action,
+            log_prob=traj.behaviour.log_prob,
+            value=v_tm1,
+            advantage=advantage,
+            target=target,
+        )
+        return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), batch)
+
+    def loss(params, batch: PPOBatch, key):
+        del key
+        logits, value = network.apply(params, batch.obs)
+        log_probs = jax.nn.log_softmax(logits)
+        log_prob = jnp.take_along_axis(log_probs, batch.action[:, None], -1)[:, 0]
+        log_ratio = log_prob - batch.log_prob
+        ratio = jnp.exp(log_ratio)
+        pg_loss = rlax.clipped_surrogate_pg_loss(ratio, batch.advantage, config.clip_eps)
+
+        value_error = jnp.square(value - batch.target)
+        if config.clip_value:
+            clipped = batch.value + jnp.clip(value - batch.value, -config.clip_eps, config.clip_eps)
+            value_error = jnp.maximum(value_error, jnp.square(clipped - batch.target))
+        value_loss = 0.5 * jnp.mean(value_error)
+
+        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+        metrics = {
+            "loss": total,
+            "pg_loss": pg_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+            "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+        }
+        return total, metrics
+
+    return Agent(init=init, act=act, prepare=prepare, loss=loss)
+
+
+def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransformation:
+    """Adam (eps 1e-5) after global-norm clipping; lr linearly annealed to 0 over the run."""
+    lr = config.lr
+    if config.anneal_lr:
+        lr = optax.linear_schedule(
+            config.lr, 0.0, transition_steps=max(1, num_updates) * config.num_epochs
+            * config.num_minibatches,
+        )
+    parts = []
+    if config.max_grad_norm > 0:
+        parts.append(optax.clip_by_global_norm(config.max_grad_norm))
+    parts.append(optax.adam(lr, eps=1e-5))
+    return optax.chain(*parts)

@@ -1,0 +1,123 @@
+"""Q(lambda) with epsilon-greedy acting: the agent of the Podracer paper's Anakin demo on Catch.
+
+An MLP maps observations to q-values; the loss is half the squared Peng's Q(lambda) TD error
+(``rlax.q_lambda``) over each sequence of the trajectory, with the lambda-trace cut at episode
+ends and bootstrapping from ``max_a q(final_obs, a)`` at truncations and at the end of the rollout.
+Targets use the current parameters with a stop-gradient (no target network), as in the demo.
+
+Hessel et al., 2021, https://arxiv.org/abs/2104.06272; Peng & Williams, 1996.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from podracer.config import check_choice, check_positive, check_range
+from podracer.networks import ACTIVATIONS, QNetwork
+from podracer.types import ActorOutput, Agent, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class QLambdaConfig:
+    """Q(lambda) hyper-parameters (defaults: the Podracer paper's Catch demo)."""
+
+    lr: float = 1e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    q_lambda: float = 0.9
+    """Trace parameter of Q(lambda)."""
+    epsilon: float = 0.05
+    """Probability of a uniformly random action when acting."""
+    num_epochs: int = 1
+    """SGD passes over each batch."""
+    num_minibatches: int = 1
+    """Minibatches (of whole sequences) per pass; must divide the environments per device."""
+    max_grad_norm: float = 0.0
+    """Global gradient norm clip (0 disables it)."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the MLP torso."""
+    activation: str = "relu"
+    """Activation of the torso: one of tanh, relu, gelu, silu."""
+
+    def __post_init__(self):
+        check_positive(self, "lr", "num_epochs", "num_minibatches")
+        check_range(self, "gamma", 0.0, 1.0)
+        check_range(self, "q_lambda", 0.0, 1.0)
+        check_range(self, "epsilon", 0.0, 1.0)
+        check_range(self, "max_grad_norm", 0.0, None)
+        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
+            raise ValueError(
+                f"QLambdaConfig.hidden_sizes={self.hidden_sizes!r}: give one or more positive sizes"
+            )
+        check_choice(self, "activation", tuple(ACTIVATIONS))
+
+
+class SequenceBatch(NamedTuple):
+    """Batch-major sequences ``[B, T, ...]``: one sample per environment."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    bootstrap_obs: jax.Array
+
+
+def make_agent(config: QLambdaConfig, num_actions: int) -> Agent:
+    """Q(lambda) as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
+    network = QNetwork(num_actions, tuple(config.hidden_sizes), config.activation)
+    eps = config.epsilon
+
+    def init(key, example_obs):
+        return network.init(key, example_obs[None])
+
+    def act(params, obs, key):
+        q = network.apply(params, obs)
+        explore_key, random_key = jax.random.split(key)
+        greedy = jnp.argmax(q, axis=-1)
+        random = jax.random.randint(random_key, greedy.shape, 0, num_actions)
+        action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
+        prob = eps / num_actions + (1.0 - eps) * (action == greedy)
+        return ActorOutput(action=action, log_prob=jnp.log(prob), value=jnp.max(q, -1), logits=q)
+
+    def prepare(params, traj: Trajectory, mean_fn):
+        del params, mean_fn
+        batch = SequenceBatch(
+            traj.obs, traj.action, traj.reward, traj.terminated, traj.truncated, traj.bootstrap_obs
+        )
+        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+
+    def loss(params, batch: SequenceBatch, key):
+        del key
+        num_seqs, num_steps = batch.reward.shape
+
+        def q_values(obs):
+            flat = obs.reshape(num_seqs * num_steps, *obs.shape[2:])
+            return network.apply(params, flat).reshape(num_seqs, num_steps, num_actions)
+
+        q_tm1 = q_values(batch.obs)
+        q_t = jax.lax.stop_gradient(q_values(batch.bootstrap_obs))
+        discount_t = config.gamma * (1.0 - batch.terminated.astype(jnp.float32))
+        lambda_t = config.q_lambda * (1.0 - (batch.terminated | batch.truncated).astype(jnp.float32))
+        td = jax.vmap(rlax.q_lambda)(q_tm1, batch.action, batch.reward, discount_t, q_t, lambda_t)
+        total = 0.5 * jnp.mean(jnp.square(td))
+        return total, {"loss": total, "mean_q": jnp.mean(jnp.max(q_tm1, -1))}
+
+    return Agent(init=init, act=act, prepare=prepare, loss=loss)
+
+
+def make_optimizer(config: QLambdaConfig, num_updates: int) -> optax.GradientTransformation:
+    """Adam at a constant learning rate, optionally after global-norm clipping."""
+    del num_updates
+    parts = []
+    if config.max_grad_norm > 0:
+        parts.append(optax.clip_by_global_norm(config.max_grad_norm))
+    parts.append(optax.adam(config.lr))
+    return optax.chain(*parts)

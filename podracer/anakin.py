@@ -1,0 +1,347 @@
+"""Anakin: environment, acting and learning compiled into one program on every device.
+
+Hessel et al., 2021, "Podracer architectures for scalable reinforcement learning",
+https://arxiv.org/abs/2104.06272, section 3.
+
+One call of the compiled step does ``updates_per_call`` updates. Inside it, per device::
+
+    shard_map over DATA_AXIS (1-D mesh of all devices)
+      vmap over seeds (independent runs)
+        lax.scan over updates
+          rollout: lax.scan over time of (agent.act on [B/D] envs, vmap(env.step))
+          learner.update (THE shared core; gradients pmean-ed over DATA_AXIS)
+
+Params, optimizer state and keys are replicated; environment state is split along the
+environment axis. The carried state is donated, metrics are reduced on device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from podracer.config import ConfigError, check_positive
+from podracer.core.learner import make_learner
+from podracer.core.rollout import RolloutState, make_rollout, reset_envs
+from podracer.envs.wrappers import EpisodeStatistics
+from podracer.parallel import DATA_AXIS, data_mesh
+from podracer.types import Agent, LearnerState
+
+
+@dataclasses.dataclass(frozen=True)
+class AnakinConfig:
+    """The Anakin loop's sizes. ``num_envs`` counts every device's environments together."""
+
+    num_envs: int = 4
+    """Environments per seed, over all devices (a multiple of the device count)."""
+    rollout_len: int = 128
+    """Steps per environment between two updates."""
+    num_seeds: int = 1
+    """Independent runs vmapped in one program; run i uses seed ``seed + i``."""
+    updates_per_call: int = 0
+    """Updates per call of the compiled step (0: about 20 calls per run)."""
+    rollout_unroll: int = 8
+    """``unroll`` of the rollout's time scan (XLA:CPU loops have a per-iteration cost)."""
+    learner_unroll: int = 4
+    """``unroll`` of the learner's minibatch scan."""
+
+    def __post_init__(self):
+        check_positive(self, "num_envs", "rollout_len", "num_seeds")
+        if self.updates_per_call < 0:
+            raise ConfigError(
+                f"AnakinConfig.updates_per_call={self.updates_per_call} is not allowed: "
+                "it must be >= 0 (0 chooses it from the run length)"
+            )
+        check_positive(self, "rollout_unroll", "learner_unroll")
+
+    @property
+    def steps_per_update(self) -> int:
+        """Environment steps of one seed between two updates."""
+        return self.num_envs * self.rollout_len
+
+
+class AnakinState(NamedTuple):
+    """The whole state of an Anakin run; every leaf has a leading seed axis ``[S]``."""
+
+    learner: LearnerState  # replicated over devices
+    rollout: RolloutState  # [S, num_envs, ...], split over devices along the env axis
+    key: jax.Array  # [S] acting keys (each device folds in its index)
+
+
+class UpdateMetrics(NamedTuple):
+    """Per-update metrics ``[S, K]``, already reduced over devices."""
+
+    learner: dict[str, jax.Array]  # the loss metrics of learner.update
+    episodes: jax.Array  # i32: episodes that ended during the update's rollout
+    return_sum: jax.Array  # f32: sum of their returns
+    length_sum: jax.Array  # i32: sum of their lengths
+
+
+class Anakin(NamedTuple):
+    """A built Anakin system: ``init(seed) -> state`` and ``step(state) -> (state, metrics)``.
+
+    ``step`` is jitted with the state donated; ``make_step(k)`` builds the same step for ``k``
+    updates per call.
+    """
+
+    init: Callable[[int], AnakinState]
+    step: Callable[[AnakinState], tuple[AnakinState, UpdateMetrics]]
+    make_step: Callable[[int], Callable]
+    mesh: Any
+    config: AnakinConfig
+
+
+def make_anakin(
+    env,
+    agent: Agent,
+    optimizer,
+    config: AnakinConfig,
+    *,
+    num_epochs: int,
+    num_minibatches: int,
+    updates_per_call: int = 1,
+    devices: Sequence[jax.Device] | None = None,
+    env_params: Any = None,
+) -> Anakin:
+    """Builds the Anakin system for ``env`` (an on-device :class:`~podracer.types.Environment`).
+
+    The environment is wrapped in :class:`~podracer.envs.EpisodeStatistics` for the episode
+    metrics. ``devices`` defaults to every device of every process.
+    """
+    mesh = data_mesh(devices)
+    num_devices = mesh.devices.size
+    if config.num_envs % num_devices:
+        raise ConfigError(
+            f"AnakinConfig.num_envs={config.num_envs} is not allowed on {num_devices} devices: "
+            f"it must be a multiple of the device count ({num_devices})"
+        )
+    env = EpisodeStatistics(env)
+    env_params = env.default_params if env_params is None else env_params
+    learner = make_learner(
+        agent,
+        optimizer,
+        num_epochs=num_epochs,
+        num_minibatches=num_minibatches,
+        axis_name=DATA_AXIS,
+        unroll=config.learner_unroll,
+    )
+    rollout = make_rollout(env, agent.act, config.rollout_len, unroll=config.rollout_unroll)
+    example_obs = jnp.zeros(env.observation_spec.shape, env.observation_spec.dtype)
+
+    def init_one(key):
+        learner_key, env_key, act_key = jax.random.split(key, 3)
+        env_keys = jax.random.split(env_key, config.num_envs)
+        return AnakinState(
+            learner=learner.init(learner_key, example_obs),
+            rollout=reset_envs(env, env_keys, env_params),
+            key=act_key,
+        )
+
+    state_specs = AnakinState(learner=P(), rollout=P(None, DATA_AXIS), key=P())
+    state_shardings = jax.tree.map(
+        lambda spec: jax.sharding.NamedSharding(mesh, spec),
+        state_specs,
+        is_leaf=lambda x: isinstance(x, P),
+    )
+
+    def init(seed: int) -> AnakinState:
+        keys = jnp.stack([jax.random.key(seed + i) for i in range(config.num_seeds)])
+        return jax.jit(jax.vmap(init_one), out_shardings=state_shardings)(keys)
+
+    def one_update(state: AnakinState, _):
+        key, rollout_key = jax.random.split(state.key)
+        rollout_key = jax.random.fold_in(rollout_key, jax.lax.axis_index(DATA_AXIS))
+        rollout_state, traj, info = rollout(
+            state.learner.params, state.rollout, env_params, rollout_key
+        )
+        learner_state, learner_metrics = learner.update(state.learner, traj)
+        metrics = UpdateMetrics(
+            learner=learner_metrics,
+            episodes=jax.lax.psum(jnp.sum(info.done, dtype=jnp.int32), DATA_AXIS),
+            return_sum=jax.lax.psum(jnp.sum(info.episode_return), DATA_AXIS),
+            length_sum=jax.lax.psum(jnp.sum(info.episode_length), DATA_AXIS),
+        )
+        return AnakinState(learner_state, rollout_state, key), metrics
+
+    def make_step(k: int):
+        def device_step(state: AnakinState):
+            def one_seed(state):
+                return jax.lax.scan(one_update, state, None, length=k)
+
+            return jax.vmap(one_seed)(state)
+
+        sharded = jax.shard_map(
+            device_step, mesh=mesh, in_specs=(state_specs,), out_specs=(state_specs, P())
+        )
+        return jax.jit(sharded, donate_argnums=0)
+
+    return Anakin(
+        init=init, step=make_step(updates_per_call), make_step=make_step, mesh=mesh, config=config
+    )
+
+
+def choose_updates_per_call(num_updates: int, target_calls: int = 20) -> int:
+    """A number of updates per call near ``num_updates / target_calls`` that divides
+    ``num_updates`` when one is close, so that a run needs one compiled program."""
+    if num_updates <= target_calls:
+        return 1
+    for calls in range(target_calls, 4 * target_calls + 1):
+        if num_updates % calls == 0:
+            return num_updates // calls
+    return math.ceil(num_updates / target_calls)
+
+
+def params_checksum(params) -> float:
+    """The sum of every parameter (over every seed), in float64: a cheap equivalence check."""
+    return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(params)))
+
+
+class RunResult(NamedTuple):
+    """What :func:`run` returns: the summary printed as JSON, the final state and the history."""
+
+    summary: dict[str, Any]
+    state: AnakinState
+    history: dict[str, np.ndarray]  # per-update metrics [S, num_updates]
+
+
+def run(
+    system: Anakin,
+    *,
+    seed: int,
+    total_timesteps: int,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    state: AnakinState | None = None,
+) -> RunResult:
+    """The host loop: call the compiled step until ``total_timesteps`` steps per seed.
+
+    The number of updates is ``total_timesteps // (num_envs * rollout_len)`` (at least one).
+    ``progress`` receives a dict (steps, sps, episode return, ...) after every call. Host work on
+    the metrics of one call overlaps the next call on the devices.
+    """
+    config = system.config
+    num_updates = max(1, total_timesteps // config.steps_per_update)
+    k = config.updates_per_call or choose_updates_per_call(num_updates)
+    k = min(k, num_updates)
+    num_calls, remainder = divmod(num_updates, k)
+
+    if state is None:
+        state = system.init(seed)
+    t0 = time.perf_counter()
+    step = system.make_step(k).lower(state).compile()
+    last_step = system.make_step(remainder).lower(state).compile() if remainder else None
+    compile_s = time.perf_counter() - t0
+
+    chunks: list[UpdateMetrics] = []
+    steps_per_call = config.steps_per_update * config.num_seeds
+    start = time.perf_counter()
+    pending = None
+    done_updates = 0
+    calls = [step] * num_calls + ([last_step] if last_step is not None else [])
+    for call in calls:
+        state, metrics = call(state)
+        if pending is not None:
+            chunks.append(_report(pending, chunks, done_updates, start, config, progress))
+        pending = metrics
+        done_updates += k if call is step else remainder
+    chunks.append(_report(pending, chunks, done_updates, start, config, progress))
+    jax.block_until_ready(state)
+    elapsed = time.perf_counter() - start
+    del steps_per_call
+
+    history = {
+        "episodes": np.concatenate([c.episodes for c in chunks], axis=1),
+        "return_sum": np.concatenate([c.return_sum for c in chunks], axis=1),
+        "length_sum": np.concatenate([c.length_sum for c in chunks], axis=1),
+    }
+    for name in chunks[0].learner:
+        history[name] = np.concatenate([c.learner[name] for c in chunks], axis=1)
+    total_steps = num_updates * config.steps_per_update
+    per_seed_final = final_returns(history, config.steps_per_update, total_steps)
+    summary = {
+        "total_steps": total_steps,
+        "num_seeds": config.num_seeds,
+        "num_updates": num_updates,
+        "sps": total_steps * config.num_seeds / elapsed,
+        "compile_s": compile_s,
+        "run_s": elapsed,
+        "final_return": _nanmean_or_none(per_seed_final),
+        "final_return_per_seed": [None if np.isnan(r) else float(r) for r in per_seed_final],
+        "params_checksum": params_checksum(state.learner.params),
+    }
+    return RunResult(summary, state, history)
+
+
+def final_returns(history, steps_per_update: int, total_steps: int, fraction: float = 0.05):
+    """Mean return per seed ``[S]`` of the episodes that ended in the last ``fraction`` of the
+    steps (NaN for a seed with none)."""
+    num_updates = history["episodes"].shape[1]
+    end_step = steps_per_update * np.arange(1, num_updates + 1)
+    last = end_step > (1.0 - fraction) * total_steps
+    last[-1] = True
+    episodes = history["episodes"][:, last].sum(axis=1)
+    returns = history["return_sum"][:, last].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(episodes > 0, returns / np.maximum(episodes, 1), np.nan)
+
+
+def _nanmean_or_none(x) -> float | None:
+    x = np.asarray(x, np.float64)
+    return None if np.all(np.isnan(x)) else float(np.nanmean(x))
+
+
+def _report(metrics, chunks, done_updates, start, config, progress) -> UpdateMetrics:
+    metrics = jax.device_get(metrics)
+    if progress is not None:
+        episodes = metrics.episodes.sum()
+        elapsed = time.perf_counter() - start
+        steps = done_updates * config.steps_per_update
+        progress(
+            {
+                "steps": steps,
+                "updates": done_updates,
+                "sps": steps * config.num_seeds / max(elapsed, 1e-9),
+                "episode_return": float(metrics.return_sum.sum() / episodes) if episodes else None,
+                "episodes": int(episodes),
+                "elapsed_s": elapsed,
+                **{k: float(np.mean(v)) for k, v in metrics.learner.items()},
+            }
+        )
+    return metrics
+
+
+def train(
+    env_id: str,
+    agent_config: Any,
+    config: AnakinConfig,
+    *,
+    seed: int = 0,
+    total_timesteps: int,
+    devices: Sequence[jax.Device] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> RunResult:
+    """Builds environment, agent, optimizer and Anakin system from their configs, and runs it."""
+    from podracer import agents, envs
+
+    env = envs.make(env_id)
+    num_updates = max(1, total_timesteps // config.steps_per_update)
+    agent, optimizer = agents.build(agent_config, env.action_spec.num_actions, num_updates)
+    system = make_anakin(
+        env,
+        agent,
+        optimizer,
+        config,
+        num_epochs=agent_config.num_epochs,
+        num_minibatches=agent_config.num_minibatches,
+        devices=devices,
+    )
+    result = run(system, seed=seed, total_timesteps=total_timesteps, progress=progress)
+    result.summary.update(env=env_id, arch="anakin", seed=seed, devices=system.mesh.devices.size)
+    return result

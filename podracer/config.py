@@ -1,0 +1,47 @@
+"""Validation helpers for frozen config dataclasses.
+
+Every message names the dataclass, the field, the value and what is allowed, so a bad value on the
+command line or in a config file is fixed without reading code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config field holds a value that is not allowed."""
+
+
+def _name(obj: Any, field: str) -> str:
+    return f"{type(obj).__name__}.{field}"
+
+
+def check_positive(obj: Any, *fields: str) -> None:
+    for field in fields:
+        value = getattr(obj, field)
+        if not value > 0:
+            raise ConfigError(f"{_name(obj, field)}={value!r} is not allowed: it must be > 0")
+
+
+def check_range(
+    obj: Any, field: str, low: float | None, high: float | None, *, low_open: bool = False
+) -> None:
+    value = getattr(obj, field)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and value > high
+    if too_low or too_high:
+        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
+        hi = "" if high is None else f"<= {high}"
+        allowed = " and ".join(s for s in (lo, hi) if s)
+        raise ConfigError(f"{_name(obj, field)}={value!r} is not allowed: it must be {allowed}")
+
+
+def check_choice(obj: Any, field: str, choices: Sequence[Any]) -> None:
+    value = getattr(obj, field)
+    if value not in choices:
+        raise ConfigError(
+            f"{_name(obj, field)}={value!r} is not allowed: choose one of "
+            f"{', '.join(map(str, choices))}"
+        )

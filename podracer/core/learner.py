@@ -1,0 +1,110 @@
+"""``make_learner``: THE learner core, shared by Anakin, Sebulba and the population.
+
+It knows nothing of devices or threads: when ``axis_name`` is set it is being called inside
+``shard_map`` (or ``vmap``) over that axis, and gradients, batch statistics and metrics are averaged
+over it with ``lax.pmean``. Every loop builds its learner here and only chooses the mesh around it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer.types import Agent, Learner, LearnerState, Trajectory
+
+
+def make_learner(
+    agent: Agent,
+    optimizer: optax.GradientTransformation,
+    *,
+    num_epochs: int,
+    num_minibatches: int,
+    axis_name: str | None = None,
+    unroll: int | bool = 1,
+) -> Learner:
+    """Builds ``Learner(init, update)``.
+
+    ``update(state, traj)``:
+
+    1. ``batch = agent.prepare(params, traj, mean_fn)`` — targets from the trajectory ``[T, B]``,
+       with ``mean_fn`` averaging over the whole batch (over ``axis_name`` too);
+    2. ``num_epochs`` passes, each over a fresh permutation of the batch's sample axis cut into
+       ``num_minibatches`` minibatches; for each, ``grad(agent.loss)``, ``lax.pmean`` of the
+       gradients over ``axis_name`` when set, and the optax update.
+
+    Metrics are the losses' metrics averaged over epochs, minibatches and devices.
+
+    Args:
+      agent: the algorithm (:class:`~podracer.types.Agent`).
+      optimizer: an optax transformation (learning-rate schedules count optimizer steps, i.e.
+        ``num_epochs * num_minibatches`` per update).
+      num_epochs, num_minibatches: SGD passes and minibatches per pass; the number of samples
+        per device must be divisible by ``num_minibatches``.
+      axis_name: the data-parallel axis (``podracer.parallel.DATA_AXIS``) or None on one device.
+      unroll: ``unroll`` of the minibatch ``lax.scan`` (unrolling helps XLA:CPU, whose loops
+        carry a per-iteration cost).
+    """
+    if num_epochs < 1:
+        raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
+    if num_minibatches < 1:
+        raise ValueError(f"make_learner: num_minibatches={num_minibatches} must be >= 1")
+
+    def pmean(x):
+        return jax.lax.pmean(x, axis_name) if axis_name is not None else x
+
+    def mean_fn(x):
+        return pmean(jnp.mean(x))
+
+    def init(key, example_obs) -> LearnerState:
+        params_key, state_key = jax.random.split(key)
+        params = agent.init(params_key, example_obs)
+        return LearnerState(
+            params=params,
+            opt_state=optimizer.init(params),
+            key=state_key,
+            update_count=jnp.zeros((), jnp.int32),
+        )
+
+    def sgd_step(carry, minibatch_and_key):
+        params, opt_state = carry
+        minibatch, key = minibatch_and_key
+        grads, metrics = jax.grad(agent.loss, has_aux=True)(params, minibatch, key)
+        grads = pmean(grads)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return (params, opt_state), metrics
+
+    def update(state: LearnerState, traj: Trajectory):
+        key, epochs_key = jax.random.split(state.key)
+        batch = agent.prepare(state.params, traj, mean_fn)
+        num_samples = jax.tree.leaves(batch)[0].shape[0]
+        if num_samples % num_minibatches:
+            raise ValueError(
+                f"make_learner: num_minibatches={num_minibatches} does not divide the "
+                f"{num_samples} samples of a batch on one device; choose a divisor of "
+                f"{num_samples}"
+            )
+        size = num_samples // num_minibatches
+
+        def epoch(carry, key):
+            perm_key, loss_key = jax.random.split(key)
+            if num_minibatches == 1:
+                shuffled = batch  # one minibatch of everything: order cannot matter
+            else:
+                perm = jax.random.permutation(perm_key, num_samples)
+                shuffled = jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch)
+            minibatches = jax.tree.map(
+                lambda x: x.reshape(num_minibatches, size, *x.shape[1:]), shuffled
+            )
+            keys = jax.random.split(loss_key, num_minibatches)
+            return jax.lax.scan(sgd_step, carry, (minibatches, keys), unroll=unroll)
+
+        (params, opt_state), metrics = jax.lax.scan(
+            epoch, (state.params, state.opt_state), jax.random.split(epochs_key, num_epochs)
+        )
+        metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
+        new_state = LearnerState(params, opt_state, key, state.update_count + 1)
+        return new_state, metrics
+
+    return Learner(init=init, update=update)

@@ -1,0 +1,105 @@
+"""gymnax environments behind podracer's :class:`~podracer.types.Environment` contract.
+
+gymnax >= 1.0 returns ``(obs, state, reward, terminated, truncated, info)`` from ``step`` and keeps
+the pre-reset observation in ``info["final_observation"]``. The adapter turns that into a
+:class:`~podracer.types.TimeStep` and makes ``terminated`` and ``truncated`` exclusive: an episode
+that reaches a terminal state on the time limit's last step is *terminated* (its value is zero,
+there is nothing to bootstrap).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+
+# Every discrete-action environment of gymnax's registry. MNISTBandit-bsuite is left out: it
+# downloads the MNIST data set when it is built, which a run on a cluster node cannot rely on.
+DISCRETE_IDS: tuple[str, ...] = (
+    "CartPole-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "Asterix-MinAtar",
+    "Breakout-MinAtar",
+    "Freeway-MinAtar",
+    "Seaquest-MinAtar",
+    "SpaceInvaders-MinAtar",
+    "Catch-bsuite",
+    "DeepSea-bsuite",
+    "MemoryChain-bsuite",
+    "UmbrellaChain-bsuite",
+    "DiscountingChain-bsuite",
+    "SimpleBandit-bsuite",
+    "FourRooms-misc",
+    "MetaMaze-misc",
+    "BernoulliBandit-misc",
+    "GaussianBandit-misc",
+    "Pong-misc",
+    "FrozenLake-misc",
+)
+
+
+class GymnaxEnvironment:
+    """A discrete-action gymnax environment, auto-resetting, with ``final_obs`` kept."""
+
+    def __init__(self, name: str, **env_kwargs: Any):
+        import gymnax
+        from gymnax.environments import spaces
+
+        if name not in DISCRETE_IDS:
+            raise ValueError(
+                f"gymnax environment {name!r} is not supported: podracer's gymnax adapter takes "
+                f"the discrete-action environments {', '.join(DISCRETE_IDS)}"
+            )
+        self.id = f"gymnax:{name}"
+        self._env, self._default_params = gymnax.make(name, **env_kwargs)
+        action_space = self._env.action_space(self._default_params)
+        assert isinstance(action_space, spaces.Discrete), action_space
+        self._num_actions = int(action_space.n)
+        obs_space = self._env.observation_space(self._default_params)
+        self._obs_spec = ObservationSpec(tuple(obs_space.shape), jnp.dtype(obs_space.dtype))
+
+    @property
+    def default_params(self) -> Any:
+        return self._default_params
+
+    @property
+    def observation_spec(self) -> ObservationSpec:
+        return self._obs_spec
+
+    @property
+    def action_spec(self) -> DiscreteActionSpec:
+        return DiscreteActionSpec(self._num_actions)
+
+    @property
+    def unwrapped(self):
+        """The gymnax environment underneath."""
+        return self._env
+
+    def reset(self, key, params):
+        obs, state = self._env.reset(key, params)
+        false = jnp.zeros((), bool)
+        return state, TimeStep(
+            obs=obs,
+            reward=jnp.zeros((), jnp.float32),
+            terminated=false,
+            truncated=false,
+            final_obs=obs,
+        )
+
+    def step(self, key, state, action, params):
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
+        terminated = jnp.asarray(terminated, bool)
+        truncated = jnp.asarray(truncated, bool) & ~terminated
+        return state, TimeStep(
+            obs=obs,
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=info["final_observation"],
+        )
+
+    def __repr__(self) -> str:
+        return f"GymnaxEnvironment({self.id!r})"

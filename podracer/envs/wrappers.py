@@ -1,0 +1,54 @@
+"""Pure environment wrappers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+from flax import struct
+
+from podracer.types import EpisodeInfo, TimeStep
+
+
+@struct.dataclass
+class EpisodeStatisticsState:
+    env_state: Any
+    episode_return: Any  # f32 []: return of the running episode so far
+    episode_length: Any  # i32 []: steps of the running episode so far
+
+
+class EpisodeStatistics:
+    """Tracks the return and length of each episode on device.
+
+    Every ``TimeStep`` it returns carries ``info = EpisodeInfo(done, episode_return,
+    episode_length)``: where ``done`` an episode has just ended (terminated or truncated) and the
+    two numbers are its undiscounted return and its length; elsewhere they are 0.
+    """
+
+    def __init__(self, env):
+        self._env = env
+        self.id = env.id
+
+    def __getattr__(self, name):  # default_params, observation_spec, action_spec, ...
+        return getattr(self._env, name)
+
+    def reset(self, key, params):
+        env_state, ts = self._env.reset(key, params)
+        zero = jnp.zeros((), jnp.float32)
+        info = EpisodeInfo(jnp.zeros((), bool), zero, jnp.zeros((), jnp.int32))
+        state = EpisodeStatisticsState(env_state, zero, jnp.zeros((), jnp.int32))
+        return state, ts._replace(info=info)
+
+    def step(self, key, state: EpisodeStatisticsState, action, params):
+        env_state, ts = self._env.step(key, state.env_state, action, params)
+        ret = state.episode_return + ts.reward
+        length = state.episode_length + 1
+        done = ts.terminated | ts.truncated
+        info = EpisodeInfo(done, jnp.where(done, ret, 0.0), jnp.where(done, length, 0))
+        state = EpisodeStatisticsState(
+            env_state, jnp.where(done, 0.0, ret), jnp.where(done, 0, length).astype(jnp.int32)
+        )
+        return state, ts._replace(info=info)
+
+    def __repr__(self) -> str:
+        return f"EpisodeStatistics({self._env!r})"
