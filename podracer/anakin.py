@@ -48,9 +48,9 @@ class AnakinConfig:
     """Independent runs vmapped in one program; run i uses seed ``seed + i``."""
     updates_per_call: int = 0
     """Updates per call of the compiled step (0: about 20 calls per run)."""
-    rollout_unroll: int = 8
-    """``unroll`` of the rollout's time scan (XLA:CPU loops have a per-iteration cost)."""
-    learner_unroll: int = 4
+    rollout_unroll: int = 1
+    """``unroll`` of the rollout's time scan (1 measured fastest on XLA:CPU, see benchmarks)."""
+    learner_unroll: int = 1
     """``unroll`` of the learner's minibatch scan."""
 
     def __post_init__(self):
@@ -240,7 +240,6 @@ def run(
     compile_s = time.perf_counter() - t0
 
     chunks: list[UpdateMetrics] = []
-    steps_per_call = config.steps_per_update * config.num_seeds
     start = time.perf_counter()
     pending = None
     done_updates = 0
@@ -254,7 +253,6 @@ def run(
     chunks.append(_report(pending, chunks, done_updates, start, config, progress))
     jax.block_until_ready(state)
     elapsed = time.perf_counter() - start
-    del steps_per_call
 
     history = {
         "episodes": np.concatenate([c.episodes for c in chunks], axis=1),

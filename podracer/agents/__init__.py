@@ -14,11 +14,14 @@ from podracer.agents.qlambda import QLambdaConfig
 class AgentEntry(NamedTuple):
     config_cls: type
     module: ModuleType
+    default_env: str  # the environment the command line uses when --env is not given
+    arch_defaults: dict[str, Any]  # loop sizes that suit the agent (command-line defaults)
 
 
 AGENTS: dict[str, AgentEntry] = {
-    "ppo": AgentEntry(PPOConfig, ppo),
-    "qlambda": AgentEntry(QLambdaConfig, qlambda),
+    "ppo": AgentEntry(PPOConfig, ppo, "gymnax:CartPole-v1", {}),
+    # The Podracer paper's Catch demo: 128 environments, rollouts of 16 steps.
+    "qlambda": AgentEntry(QLambdaConfig, qlambda, "catch", {"num_envs": 128, "rollout_len": 16}),
 }
 
 

@@ -33,7 +33,7 @@ class QLambdaConfig:
     """Discount factor."""
     q_lambda: float = 0.9
     """Trace parameter of Q(lambda)."""
-    epsilon: float = 0.05
+    epsilon: float = 0.01
     """Probability of a uniformly random action when acting."""
     num_epochs: int = 1
     """SGD passes over each batch."""

@@ -86,7 +86,8 @@ class Catch:
         fresh = self._initial_state(key, params)
         state = jax.tree.map(lambda a, b: jnp.where(terminated, a, b), fresh, stepped)
         obs = jnp.where(terminated, self._observe(fresh, params), final_obs)
-        return state, TimeStep(obs, reward, terminated, jnp.zeros((), bool), final_obs)
+        truncated = jnp.zeros_like(terminated)  # derived from the state, so it shards like it
+        return state, TimeStep(obs, reward, terminated, truncated, final_obs)
 
     def __repr__(self) -> str:
         return f"Catch(rows={self._params.rows}, columns={self._params.columns})"
