@@ -18,10 +18,11 @@ environment axis. The carried state is donated, metrics are reduced on device.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
-from collections.abc import Sequence
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -97,6 +98,7 @@ class Anakin(NamedTuple):
     make_step: Callable[[int], Callable]
     mesh: Any
     config: AnakinConfig
+    compiled: dict  # executables compiled by run(), by updates per call and state shapes
 
 
 def make_anakin(
@@ -152,9 +154,12 @@ def make_anakin(
         is_leaf=lambda x: isinstance(x, P),
     )
 
+    init_seeds = jax.jit(jax.vmap(init_one), out_shardings=state_shardings)
+
     def init(seed: int) -> AnakinState:
-        keys = jnp.stack([jax.random.key(seed + i) for i in range(config.num_seeds)])
-        return jax.jit(jax.vmap(init_one), out_shardings=state_shardings)(keys)
+        """The initial state of runs ``seed, ..., seed + num_seeds - 1``."""
+        seeds = jnp.arange(seed, seed + config.num_seeds, dtype=jnp.uint32)
+        return init_seeds(jax.vmap(jax.random.key)(seeds))
 
     def one_update(state: AnakinState, _):
         key, rollout_key = jax.random.split(state.key)
@@ -171,6 +176,7 @@ def make_anakin(
         )
         return AnakinState(learner_state, rollout_state, key), metrics
 
+    @functools.cache
     def make_step(k: int):
         def device_step(state: AnakinState):
             def one_seed(state):
@@ -184,7 +190,12 @@ def make_anakin(
         return jax.jit(sharded, donate_argnums=0)
 
     return Anakin(
-        init=init, step=make_step(updates_per_call), make_step=make_step, mesh=mesh, config=config
+        init=init,
+        step=make_step(updates_per_call),
+        make_step=make_step,
+        mesh=mesh,
+        config=config,
+        compiled={},
     )
 
 
@@ -235,8 +246,8 @@ def run(
     if state is None:
         state = system.init(seed)
     t0 = time.perf_counter()
-    step = system.make_step(k).lower(state).compile()
-    last_step = system.make_step(remainder).lower(state).compile() if remainder else None
+    step = _compiled(system, k, state)
+    last_step = _compiled(system, remainder, state) if remainder else None
     compile_s = time.perf_counter() - t0
 
     chunks: list[UpdateMetrics] = []
@@ -247,10 +258,10 @@ def run(
     for call in calls:
         state, metrics = call(state)
         if pending is not None:
-            chunks.append(_report(pending, chunks, done_updates, start, config, progress))
+            chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
         pending = metrics
         done_updates += k if call is step else remainder
-    chunks.append(_report(pending, chunks, done_updates, start, config, progress))
+    chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
     jax.block_until_ready(state)
     elapsed = time.perf_counter() - start
 
@@ -277,6 +288,18 @@ def run(
     return RunResult(summary, state, history)
 
 
+def _compiled(system: Anakin, k: int, state: AnakinState):
+    """The step for ``k`` updates compiled for ``state``'s shapes, once per system."""
+    key = (
+        k,
+        jax.tree.structure(state),
+        tuple((x.shape, x.dtype, x.sharding) for x in jax.tree.leaves(state)),
+    )
+    if key not in system.compiled:
+        system.compiled[key] = system.make_step(k).lower(state).compile()
+    return system.compiled[key]
+
+
 def final_returns(history, steps_per_update: int, total_steps: int, fraction: float = 0.05):
     """Mean return per seed ``[S]`` of the episodes that ended in the last ``fraction`` of the
     steps (NaN for a seed with none)."""
@@ -295,7 +318,7 @@ def _nanmean_or_none(x) -> float | None:
     return None if np.all(np.isnan(x)) else float(np.nanmean(x))
 
 
-def _report(metrics, chunks, done_updates, start, config, progress) -> UpdateMetrics:
+def _report(metrics, done_updates, num_updates, start, config, progress) -> UpdateMetrics:
     metrics = jax.device_get(metrics)
     if progress is not None:
         episodes = metrics.episodes.sum()
@@ -305,6 +328,7 @@ def _report(metrics, chunks, done_updates, start, config, progress) -> UpdateMet
             {
                 "steps": steps,
                 "updates": done_updates,
+                "fraction": done_updates / num_updates,
                 "sps": steps * config.num_seeds / max(elapsed, 1e-9),
                 "episode_return": float(metrics.return_sum.sum() / episodes) if episodes else None,
                 "episodes": int(episodes),
@@ -313,6 +337,33 @@ def _report(metrics, chunks, done_updates, start, config, progress) -> UpdateMet
             }
         )
     return metrics
+
+
+def build(
+    env_id: str,
+    agent_config: Any,
+    config: AnakinConfig,
+    *,
+    total_timesteps: int,
+    devices: Sequence[jax.Device] | None = None,
+) -> Anakin:
+    """The Anakin system for an environment id and an agent config (see :mod:`podracer.agents`).
+
+    ``total_timesteps`` sets the length of learning-rate schedules."""
+    from podracer import agents, envs
+
+    env = envs.make(env_id)
+    num_updates = max(1, total_timesteps // config.steps_per_update)
+    agent, optimizer = agents.build(agent_config, env.action_spec.num_actions, num_updates)
+    return make_anakin(
+        env,
+        agent,
+        optimizer,
+        config,
+        num_epochs=agent_config.num_epochs,
+        num_minibatches=agent_config.num_minibatches,
+        devices=devices,
+    )
 
 
 def train(
@@ -325,21 +376,8 @@ def train(
     devices: Sequence[jax.Device] | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
-    """Builds environment, agent, optimizer and Anakin system from their configs, and runs it."""
-    from podracer import agents, envs
-
-    env = envs.make(env_id)
-    num_updates = max(1, total_timesteps // config.steps_per_update)
-    agent, optimizer = agents.build(agent_config, env.action_spec.num_actions, num_updates)
-    system = make_anakin(
-        env,
-        agent,
-        optimizer,
-        config,
-        num_epochs=agent_config.num_epochs,
-        num_minibatches=agent_config.num_minibatches,
-        devices=devices,
-    )
+    """Builds the system (:func:`build`) and runs it (:func:`run`) for ``total_timesteps``."""
+    system = build(env_id, agent_config, config, total_timesteps=total_timesteps, devices=devices)
     result = run(system, seed=seed, total_timesteps=total_timesteps, progress=progress)
     result.summary.update(env=env_id, arch="anakin", seed=seed, devices=system.mesh.devices.size)
     return result

@@ -41,7 +41,10 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
     parser.add_argument("--agent", default="ppo", help=f"the agent: {', '.join(agent_names)}")
     parser.add_argument("--env", default=None, help="environment id (default: the agent's own)")
     parser.add_argument(
-        "--total-timesteps", "--total_timesteps", type=int, default=500_000,
+        "--total-timesteps",
+        "--total_timesteps",
+        type=int,
+        default=500_000,
         help="environment steps per seed",
     )
     parser.add_argument("--seed", type=int, default=0, help="run seed (seeds seed..seed+N-1)")
@@ -60,13 +63,17 @@ def parse_train_args(argv: Sequence[str]):
     parser = _selector_parser(list(agents.AGENTS))
     selectors, rest = parser.parse_known_args(list(argv))
     if selectors.arch not in ARCHS:
-        raise CLIError(f"--arch={selectors.arch!r} is not allowed: choose one of {', '.join(ARCHS)}")
+        raise CLIError(
+            f"--arch={selectors.arch!r} is not allowed: choose one of {', '.join(ARCHS)}"
+        )
     if selectors.agent not in agents.AGENTS:
         raise CLIError(
             f"--agent={selectors.agent!r} is not allowed: choose one of {', '.join(agents.AGENTS)}"
         )
     if selectors.total_timesteps <= 0:
-        raise CLIError(f"--total-timesteps={selectors.total_timesteps} is not allowed: it must be > 0")
+        raise CLIError(
+            f"--total-timesteps={selectors.total_timesteps} is not allowed: it must be > 0"
+        )
     entry = agents.AGENTS[selectors.agent]
     if selectors.env is None:
         selectors.env = entry.default_env

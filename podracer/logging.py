@@ -19,13 +19,13 @@ class ConsoleProgress:
 
     def __call__(self, record: dict[str, Any]) -> None:
         now = time.monotonic()
-        final = record["steps"] >= self.total_steps
+        final = record.get("fraction", 0.0) >= 1.0 or record["steps"] >= self.total_steps
         if not final and now - self._last < self.interval_s:
             return
         self._last = now
         ret = record.get("episode_return")
         ret_text = "   n/a" if ret is None else f"{ret:8.2f}"
-        pct = 100.0 * record["steps"] / max(self.total_steps, 1)
+        pct = 100.0 * record.get("fraction", record["steps"] / max(self.total_steps, 1))
         self.console.print(
             f"[bold]steps[/] {record['steps']:>11,} ({pct:5.1f}%)  "
             f"[bold]sps[/] {record['sps']:>11,.0f}  [bold]return[/] {ret_text}  "

@@ -10,7 +10,8 @@ Trajectories are time-major ``[T, B, ...]``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
 import jax
 
@@ -157,4 +158,6 @@ class Environment(Protocol):
 
     def reset(self, key: PRNGKey, params: Any) -> tuple[Any, TimeStep]: ...
 
-    def step(self, key: PRNGKey, state: Any, action: Array, params: Any) -> tuple[Any, TimeStep]: ...
+    def step(
+        self, key: PRNGKey, state: Any, action: Array, params: Any
+    ) -> tuple[Any, TimeStep]: ...

@@ -74,8 +74,9 @@ def test_other_gymnax_envs_step_batched(name):
     state, ts = jax.vmap(env.reset, in_axes=(0, None))(keys, env.default_params)
     assert ts.obs.shape == (3, *env.observation_spec.shape)
     actions = jnp.zeros(3, jnp.int32)
-    state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, actions,
-                                                           env.default_params)
+    state, ts = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        keys, state, actions, env.default_params
+    )
     assert ts.reward.shape == (3,) and ts.terminated.dtype == jnp.bool_
 
 

@@ -61,11 +61,25 @@ def test_gae_equals_numpy_with_truncation_and_termination():
     trunc = np.zeros((T, B), bool)
     term[4, 0] = term[11, 1] = True
     trunc[7, 0] = trunc[2, 2] = trunc[9, 1] = True
-    ours = gae(jnp.array(r), jnp.array(v_tm1), jnp.array(v_t), jnp.array(term),
-               jnp.array(trunc), gamma, lam)
+    ours = gae(
+        jnp.array(r),
+        jnp.array(v_tm1),
+        jnp.array(v_t),
+        jnp.array(term),
+        jnp.array(trunc),
+        gamma,
+        lam,
+    )
     ref = numpy_gae(r, v_tm1, v_t, term, trunc, gamma, lam)
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
     # The truncation changes the result (the test is not blind to it).
-    no_trunc = gae(jnp.array(r), jnp.array(v_tm1), jnp.array(v_t), jnp.array(term),
-                   jnp.zeros((T, B), bool), gamma, lam)
+    no_trunc = gae(
+        jnp.array(r),
+        jnp.array(v_tm1),
+        jnp.array(v_t),
+        jnp.array(term),
+        jnp.zeros((T, B), bool),
+        gamma,
+        lam,
+    )
     assert not np.allclose(no_trunc[:8, 0], ours[:8, 0])

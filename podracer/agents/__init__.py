@@ -36,7 +36,8 @@ def build(config: Any, num_actions: int, num_updates: int):
     for entry in AGENTS.values():
         if isinstance(config, entry.config_cls):
             module = entry.module
-            return module.make_agent(config, num_actions), module.make_optimizer(config, num_updates)
+            agent = module.make_agent(config, num_actions)
+            return agent, module.make_optimizer(config, num_updates)
     raise TypeError(f"no agent takes a config of type {type(config).__name__}")
 
 

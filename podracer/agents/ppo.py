@@ -114,8 +114,13 @@ def make_agent(config: PPOConfig, num_actions: int) -> Agent:
         v_t = v_t.reshape(num_steps, num_envs)
         v_tm1 = traj.behaviour.value
         advantage = gae(
-            traj.reward, v_tm1, v_t, traj.terminated, traj.truncated,
-            config.gamma, config.gae_lambda,
+            traj.reward,
+            v_tm1,
+            v_t,
+            traj.terminated,
+            traj.truncated,
+            config.gamma,
+            config.gae_lambda,
         )
         target = advantage + v_tm1
         if config.normalize_advantages:
@@ -167,8 +172,9 @@ def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransfo
     lr = config.lr
     if config.anneal_lr:
         lr = optax.linear_schedule(
-            config.lr, 0.0, transition_steps=max(1, num_updates) * config.num_epochs
-            * config.num_minibatches,
+            config.lr,
+            0.0,
+            transition_steps=max(1, num_updates) * config.num_epochs * config.num_minibatches,
         )
     parts = []
     if config.max_grad_norm > 0:

@@ -105,7 +105,8 @@ def make_agent(config: QLambdaConfig, num_actions: int) -> Agent:
         q_tm1 = q_values(batch.obs)
         q_t = jax.lax.stop_gradient(q_values(batch.bootstrap_obs))
         discount_t = config.gamma * (1.0 - batch.terminated.astype(jnp.float32))
-        lambda_t = config.q_lambda * (1.0 - (batch.terminated | batch.truncated).astype(jnp.float32))
+        done_t = (batch.terminated | batch.truncated).astype(jnp.float32)
+        lambda_t = config.q_lambda * (1.0 - done_t)
         td = jax.vmap(rlax.q_lambda)(q_tm1, batch.action, batch.reward, discount_t, q_t, lambda_t)
         total = 0.5 * jnp.mean(jnp.square(td))
         return total, {"loss": total, "mean_q": jnp.mean(jnp.max(q_tm1, -1))}

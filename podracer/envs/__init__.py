@@ -12,7 +12,7 @@ from podracer.envs.catch import Catch
 from podracer.envs.gymnax import DISCRETE_IDS, GymnaxEnvironment
 from podracer.envs.wrappers import EpisodeStatistics
 
-KNOWN_IDS: tuple[str, ...] = ("catch",) + tuple(f"gymnax:{name}" for name in DISCRETE_IDS)
+KNOWN_IDS: tuple[str, ...] = ("catch", *(f"gymnax:{name}" for name in DISCRETE_IDS))
 
 
 def make(env_id: str, **kwargs):
@@ -23,9 +23,7 @@ def make(env_id: str, **kwargs):
         return GymnaxEnvironment(env_id.removeprefix("gymnax:"), **kwargs)
     close = difflib.get_close_matches(env_id, KNOWN_IDS, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(
-        f"unknown environment id {env_id!r}.{hint} Known ids: {', '.join(KNOWN_IDS)}"
-    )
+    raise ValueError(f"unknown environment id {env_id!r}.{hint} Known ids: {', '.join(KNOWN_IDS)}")
 
 
-__all__ = ["Catch", "EpisodeStatistics", "GymnaxEnvironment", "KNOWN_IDS", "make"]
+__all__ = ["KNOWN_IDS", "Catch", "EpisodeStatistics", "GymnaxEnvironment", "make"]

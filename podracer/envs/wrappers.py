@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
-from podracer.types import EpisodeInfo, TimeStep
+from podracer.types import EpisodeInfo
 
 
 @struct.dataclass

@@ -1,0 +1,112 @@
+"""The shared learner core: N devices == 1 device, params identical on every device."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from podracer import envs
+from podracer.agents import PPOConfig, QLambdaConfig, build
+from podracer.core import make_learner, make_rollout, reset_envs
+from podracer.parallel import DATA_AXIS, data_mesh
+
+
+def collect(env_id, agent, num_envs, rollout_len, seed=0):
+    env = envs.make(env_id)
+    params = agent.init(jax.random.key(seed), jnp.zeros(env.observation_spec.shape))
+    rollout = make_rollout(env, agent.act, rollout_len)
+    state = reset_envs(
+        env, jax.random.split(jax.random.key(seed + 1), num_envs), env.default_params
+    )
+    _, traj, _ = jax.jit(rollout)(params, state, env.default_params, jax.random.key(seed + 2))
+    return env, traj
+
+
+def update_on_mesh(agent, optimizer, traj, devices, num_epochs, num_minibatches):
+    """One learner.update inside shard_map; the trajectory split over devices along B.
+
+    Returns the params as each device holds them, stacked on a leading device axis."""
+    mesh = data_mesh(devices)
+    learner = make_learner(
+        agent,
+        optimizer,
+        num_epochs=num_epochs,
+        num_minibatches=num_minibatches,
+        axis_name=DATA_AXIS,
+    )
+    state = learner.init(jax.random.key(7), traj.obs[0, 0])
+
+    def per_device(state, traj):
+        new_state, metrics = learner.update(state, traj)
+        stacked = jax.tree.map(lambda x: x[None], new_state.params)
+        return stacked, metrics
+
+    fn = jax.jit(
+        jax.shard_map(
+            per_device,
+            mesh=mesh,
+            in_specs=(P(), P(None, DATA_AXIS)),
+            out_specs=(P(DATA_AXIS), P()),
+            check_vma=False,
+        )
+    )
+    return fn(state, traj)
+
+
+@pytest.mark.parametrize("agent_name", ["ppo", "qlambda"])
+def test_two_devices_equal_one_device(agent_name, one_device, two_devices):
+    if agent_name == "ppo":
+        cfg = PPOConfig(num_epochs=1, num_minibatches=1, anneal_lr=False, lr=1e-2)
+        env_id = "gymnax:CartPole-v1"
+    else:
+        cfg = QLambdaConfig(num_epochs=1, num_minibatches=1, lr=1e-2)
+        env_id = "catch"
+    agent, optimizer = build(cfg, 2 if agent_name == "ppo" else 3, num_updates=10)
+    _, traj = collect(env_id, agent, num_envs=8, rollout_len=32)
+    one, m1 = update_on_mesh(agent, optimizer, traj, one_device, 1, 1)
+    two, m2 = update_on_mesh(agent, optimizer, traj, two_devices, 1, 1)
+    one0 = jax.tree.map(lambda x: x[0], one)
+    for a, b in zip(jax.tree.leaves(one0), jax.tree.leaves(two), strict=True):
+        np.testing.assert_allclose(b[0], a, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b[1], a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m1["loss"], m2["loss"], rtol=1e-5)
+    # The update did move the params (the comparison is not between two no-ops).
+    init = make_learner(agent, optimizer, num_epochs=1, num_minibatches=1).init(
+        jax.random.key(7), traj.obs[0, 0]
+    )
+    moved = max(
+        float(jnp.max(jnp.abs(a - b)))
+        for a, b in zip(jax.tree.leaves(one0), jax.tree.leaves(init.params), strict=True)
+    )
+    assert moved > 1e-4
+
+
+def test_ppo_advantage_normalisation_uses_the_whole_batch(one_device, two_devices):
+    # Without the cross-device statistics, two halves normalised apart would differ.
+    cfg = PPOConfig(num_epochs=1, num_minibatches=1, anneal_lr=False, lr=1e-2)
+    agent, _ = build(cfg, 2, num_updates=1)
+    _, traj = collect("gymnax:CartPole-v1", agent, num_envs=8, rollout_len=32)
+    params = agent.init(jax.random.key(7), traj.obs[0, 0])
+    batch = agent.prepare(params, traj, jnp.mean)
+    np.testing.assert_allclose(jnp.mean(batch.advantage), 0.0, atol=1e-5)
+    np.testing.assert_allclose(jnp.std(batch.advantage), 1.0, rtol=1e-3)
+
+
+def test_params_identical_on_every_device_with_epochs_and_minibatches(two_devices):
+    cfg = PPOConfig(num_epochs=3, num_minibatches=4)
+    agent, optimizer = build(cfg, 2, num_updates=10)
+    _, traj = collect("gymnax:CartPole-v1", agent, num_envs=8, rollout_len=32)
+    per_device, _ = update_on_mesh(agent, optimizer, traj, two_devices, 3, 4)
+    for leaf in jax.tree.leaves(per_device):
+        np.testing.assert_array_equal(leaf[0], leaf[1])
+
+
+def test_minibatch_count_must_divide_the_batch():
+    cfg = PPOConfig(num_epochs=1, num_minibatches=3)
+    agent, optimizer = build(cfg, 2, num_updates=1)
+    _, traj = collect("gymnax:CartPole-v1", agent, num_envs=4, rollout_len=8)
+    learner = make_learner(agent, optimizer, num_epochs=1, num_minibatches=3)
+    state = learner.init(jax.random.key(0), traj.obs[0, 0])
+    with pytest.raises(ValueError, match="num_minibatches=3 does not divide the 32 samples"):
+        learner.update(state, traj)
