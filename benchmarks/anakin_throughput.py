@@ -82,7 +82,8 @@ def bench(name: str, env_id: str, agent_config, config: AnakinConfig, total_step
     summary = result.summary
     num_updates = summary["num_updates"]
     chunk = config.updates_per_call or choose_updates_per_call(num_updates)
-    env_sps = env_only_sps(env_id, config.num_envs, config.rollout_len, min(chunk, num_updates))
+    env_updates = max(chunk, min(num_updates, 2_000_000 // config.steps_per_update))
+    env_sps = env_only_sps(env_id, config.num_envs, config.rollout_len, env_updates)
     return {
         "config": name,
         "env": env_id,

@@ -182,6 +182,9 @@ def make_anakin(
             def one_seed(state):
                 return jax.lax.scan(one_update, state, None, length=k)
 
+            if config.num_seeds == 1:  # no batch dimension of size 1 in every op
+                state, metrics = one_seed(jax.tree.map(lambda x: x[0], state))
+                return jax.tree.map(lambda x: x[None], (state, metrics))
             return jax.vmap(one_seed)(state)
 
         sharded = jax.shard_map(

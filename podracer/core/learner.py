@@ -8,6 +8,7 @@ over it with ``lax.pmean``. Every loop builds its learner here and only chooses 
 from __future__ import annotations
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
@@ -70,7 +71,9 @@ def make_learner(
         params, opt_state = carry
         minibatch, key = minibatch_and_key
         grads, metrics = jax.grad(agent.loss, has_aux=True)(params, minibatch, key)
-        grads = pmean(grads)
+        if axis_name is not None:  # one all-reduce of one flat vector, not one per leaf
+            flat, unravel = jax.flatten_util.ravel_pytree(grads)
+            grads = unravel(pmean(flat))
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return (params, opt_state), metrics
