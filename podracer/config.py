@@ -45,3 +45,11 @@ def check_choice(obj: Any, field: str, choices: Sequence[Any]) -> None:
             f"{_name(obj, field)}={value!r} is not allowed: choose one of "
             f"{', '.join(map(str, choices))}"
         )
+
+
+def check_layer_sizes(obj: Any, field: str) -> None:
+    value = getattr(obj, field)
+    if not value or any(size < 1 for size in value):
+        raise ConfigError(
+            f"{_name(obj, field)}={value!r} is not allowed: give one or more positive sizes"
+        )

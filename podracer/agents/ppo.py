@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import optax
 import rlax
 
-from podracer.config import check_choice, check_positive, check_range
+from podracer.agents.optim import clipped_adam
+from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.core.returns import gae
 from podracer.networks import ACTIVATIONS, ActorCritic
 from podracer.types import ActorOutput, Agent, Trajectory
@@ -66,10 +67,7 @@ class PPOConfig:
         check_range(self, "ent_coef", 0.0, None)
         check_range(self, "vf_coef", 0.0, None)
         check_range(self, "max_grad_norm", 0.0, None)
-        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
-            raise ValueError(
-                f"PPOConfig.hidden_sizes={self.hidden_sizes!r}: give one or more positive sizes"
-            )
+        check_layer_sizes(self, "hidden_sizes")
         check_choice(self, "activation", tuple(ACTIVATIONS))
 
 
@@ -176,8 +174,4 @@ def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransfo
             0.0,
             transition_steps=max(1, num_updates) * config.num_epochs * config.num_minibatches,
         )
-    parts = []
-    if config.max_grad_norm > 0:
-        parts.append(optax.clip_by_global_norm(config.max_grad_norm))
-    parts.append(optax.adam(lr, eps=1e-5))
-    return optax.chain(*parts)
+    return clipped_adam(lr, config.max_grad_norm, eps=1e-5)

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import optax
 import rlax
 
-from podracer.config import check_choice, check_positive, check_range
+from podracer.agents.optim import clipped_adam
+from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.networks import ACTIVATIONS, QNetwork
 from podracer.types import ActorOutput, Agent, Trajectory
 
@@ -52,10 +53,7 @@ class QLambdaConfig:
         check_range(self, "q_lambda", 0.0, 1.0)
         check_range(self, "epsilon", 0.0, 1.0)
         check_range(self, "max_grad_norm", 0.0, None)
-        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
-            raise ValueError(
-                f"QLambdaConfig.hidden_sizes={self.hidden_sizes!r}: give one or more positive sizes"
-            )
+        check_layer_sizes(self, "hidden_sizes")
         check_choice(self, "activation", tuple(ACTIVATIONS))
 
 
@@ -117,8 +115,4 @@ def make_agent(config: QLambdaConfig, num_actions: int) -> Agent:
 def make_optimizer(config: QLambdaConfig, num_updates: int) -> optax.GradientTransformation:
     """Adam at a constant learning rate, optionally after global-norm clipping."""
     del num_updates
-    parts = []
-    if config.max_grad_norm > 0:
-        parts.append(optax.clip_by_global_norm(config.max_grad_norm))
-    parts.append(optax.adam(config.lr))
-    return optax.chain(*parts)
+    return clipped_adam(config.lr, config.max_grad_norm)
