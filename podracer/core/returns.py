@@ -24,7 +24,7 @@ def _gae_one_stream(r_t, v_tm1, v_t, terminated_t, truncated_t, gamma, lambda_):
         return adv_tm1, adv_tm1
 
     _, adv = jax.lax.scan(
-        backward, jnp.zeros_like(v_t[0]), (delta_t, discount_t, trace_t), reverse=True
+        backward, jnp.zeros_like(v_t[0]), (delta_t, discount_t, trace_t), reverse=True, unroll=16
     )
     return adv
 
