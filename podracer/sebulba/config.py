@@ -1,0 +1,61 @@
+"""The Sebulba loop's configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from podracer.config import ConfigError, check_positive
+
+
+@dataclasses.dataclass(frozen=True)
+class SebulbaConfig:
+    """Sebulba's devices, threads and sizes."""
+
+    actor_device_ids: tuple[int, ...] = (0,)
+    """Local device ids that run the actors' inference."""
+    learner_device_ids: tuple[int, ...] = (0,)
+    """Local device ids that form the learner mesh (data parallel)."""
+    actors_per_device: int = 1
+    """Actor threads per actor device, each with its own environments."""
+    envs_per_actor: int = 8
+    """Environments each actor steps (split over the learner devices: a multiple of their count)."""
+    async_batch_size: int = 0
+    """envpool async mode: environments per recv (0: sync mode, every env each step)."""
+    rollout_len: int = 32
+    """Steps per environment in each trajectory."""
+    queue_size: int = 2
+    """Trajectories each actor may have waiting for the learner (back-pressure)."""
+    deterministic: bool = False
+    """Fixed policy lag of one update: rollout k acts with the params of update k-1, so a seed
+    reproduces a run."""
+    env_threads: int = 0
+    """envpool worker threads per actor (0: envpool's default)."""
+
+    def __post_init__(self):
+        check_positive(self, "actors_per_device", "envs_per_actor", "rollout_len", "queue_size")
+        for field in ("actor_device_ids", "learner_device_ids"):
+            ids = getattr(self, field)
+            if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+                raise ConfigError(
+                    f"SebulbaConfig.{field}={ids!r} is not allowed: give one or more distinct "
+                    "device ids >= 0"
+                )
+        if self.async_batch_size < 0 or self.async_batch_size > self.envs_per_actor:
+            raise ConfigError(
+                f"SebulbaConfig.async_batch_size={self.async_batch_size} is not allowed: it must "
+                f"be 0 (sync) or between 1 and envs_per_actor={self.envs_per_actor}"
+            )
+        if self.envs_per_actor % len(self.learner_device_ids):
+            raise ConfigError(
+                f"SebulbaConfig.envs_per_actor={self.envs_per_actor} is not allowed: it must be a "
+                f"multiple of the number of learner devices ({len(self.learner_device_ids)})"
+            )
+
+    @property
+    def num_actors(self) -> int:
+        return len(self.actor_device_ids) * self.actors_per_device
+
+    @property
+    def steps_per_update(self) -> int:
+        """Environment steps that go into one learner update (every actor's trajectory)."""
+        return self.num_actors * self.envs_per_actor * self.rollout_len

@@ -1,0 +1,328 @@
+"""Sebulba: host actor threads stepping environments, device learners (Hessel et al., 2021,
+https://arxiv.org/abs/2104.06272, section 4).
+
+Threads (host side, see :mod:`podracer.sebulba.pipeline` for the waits and the stop signal)::
+
+    actor i (on actor device d):  params slot -> act (jitted, on d) -> env.step (host) -> ...
+                                   -> Trajectory [T, B] -> device_put onto the learner mesh,
+                                      split along B -> its bounded queue
+    learner:                       one trajectory from every actor (in actor order) ->
+                                   jit(shard_map(learner.update)) over the learner mesh ->
+                                   publish params (version = updates done)
+
+``learner.update`` is the one :func:`podracer.core.learner.make_learner` built — the same that
+Anakin runs; only the mesh around it differs.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from podracer.anakin import final_returns, params_checksum
+from podracer.core.learner import make_learner
+from podracer.parallel import DATA_AXIS, data_mesh
+from podracer.sebulba.config import SebulbaConfig
+from podracer.sebulba.pipeline import Lifetime, ParamsSlot, Stopped, TrajectoryQueue
+from podracer.types import ActorOutput, Agent, TimeStep, Trajectory
+
+JOIN_TIMEOUT_S = 10.0
+
+
+def rollout_keys(key: jax.Array, rollout_len: int) -> jax.Array:
+    """The acting keys of one rollout ``[T]``: the schedule of
+    :func:`podracer.core.rollout.make_rollout` (split per step, first half to ``act``)."""
+    return jax.vmap(lambda k: jax.random.split(k)[0])(jax.random.split(key, rollout_len))
+
+
+class RolloutStats(NamedTuple):
+    episodes: int
+    return_sum: float
+    length_sum: int
+
+
+class Timers:
+    """Seconds spent per named phase (host side)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+
+    def add(self, name: str, start: float) -> float:
+        now = time.perf_counter()
+        self.seconds[name] += now - start
+        return now
+
+
+def host_rollout(
+    env, act, params, timestep: TimeStep, keys, timers: Timers | None = None, device=None
+) -> tuple[TimeStep, Trajectory, RolloutStats]:
+    """One rollout of ``len(keys)`` steps on a host environment (sync mode).
+
+    ``act`` is the jitted ``agent.act``; ``params`` and ``keys`` live on the actor ``device``.
+    Returns the last TimeStep, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout
+    emits) and the statistics of the episodes that ended.
+    """
+    timers = timers or Timers()
+    obs, rewards, terms, truncs, finals, outs = [], [], [], [], [], []
+    episodes, return_sum, length_sum = 0, 0.0, 0
+    for t in range(keys.shape[0]):
+        start = time.perf_counter()
+        out = act(params, jax.device_put(timestep.obs, device), keys[t])
+        out = jax.device_get(out)
+        start = timers.add("inference", start)
+        next_ts = env.step(out.action)
+        timers.add("env_step", start)
+        obs.append(timestep.obs)
+        outs.append(out)
+        rewards.append(next_ts.reward)
+        terms.append(next_ts.terminated)
+        truncs.append(next_ts.truncated)
+        finals.append(next_ts.final_obs)
+        if next_ts.info is not None:
+            done = np.asarray(next_ts.info.done)
+            episodes += int(done.sum())
+            return_sum += float(np.asarray(next_ts.info.episode_return)[done].sum())
+            length_sum += int(np.asarray(next_ts.info.episode_length)[done].sum())
+        timestep = next_ts
+    traj = Trajectory(
+        obs=np.stack(obs),
+        reward=np.stack(rewards).astype(np.float32),
+        terminated=np.stack(terms).astype(bool),
+        truncated=np.stack(truncs).astype(bool),
+        bootstrap_obs=np.stack(finals),
+        behaviour=ActorOutput(*(np.stack(x) for x in zip(*outs, strict=True))),
+    )
+    return timestep, traj, RolloutStats(episodes, return_sum, length_sum)
+
+
+class SebulbaResult(NamedTuple):
+    summary: dict[str, Any]
+    params: Any
+    history: dict[str, np.ndarray]  # per-update metrics [1, num_updates]
+
+
+def run(
+    make_env: Callable[[int], Any],
+    agent: Agent,
+    optimizer,
+    config: SebulbaConfig,
+    *,
+    num_epochs: int,
+    num_minibatches: int,
+    seed: int,
+    total_timesteps: int,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    devices: Sequence[jax.Device] | None = None,
+) -> SebulbaResult:
+    """Trains until ``total_timesteps`` environment steps (all actors together) are learnt from.
+
+    ``make_env(actor_index)`` builds an actor's host environment with
+    ``config.envs_per_actor`` environments. ``devices`` are the local devices that the config's
+    device ids index (default ``jax.local_devices()``). Any thread's error stops the run and is
+    raised here; Ctrl-C stops every thread cleanly.
+    """
+    devices = list(devices if devices is not None else jax.local_devices())
+    for field in ("actor_device_ids", "learner_device_ids"):
+        bad = [i for i in getattr(config, field) if i >= len(devices)]
+        if bad:
+            raise ValueError(
+                f"SebulbaConfig.{field} has ids {bad} but only {len(devices)} local devices exist"
+            )
+    actor_devices = [devices[i] for i in config.actor_device_ids]
+    learner_mesh = data_mesh([devices[i] for i in config.learner_device_ids])
+    num_updates = max(1, total_timesteps // config.steps_per_update)
+    lifetime = Lifetime()
+    slot = ParamsSlot(lifetime)
+    queues = [TrajectoryQueue(lifetime, config.queue_size) for _ in range(config.num_actors)]
+    traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
+    replicated = NamedSharding(learner_mesh, P())
+
+    learner = make_learner(
+        agent, optimizer, num_epochs=num_epochs, num_minibatches=num_minibatches,
+        axis_name=DATA_AXIS,
+    )
+
+    def update_all(state, trajs):
+        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
+        return learner.update(state, traj)
+
+    update = jax.jit(
+        jax.shard_map(
+            update_all, mesh=learner_mesh, in_specs=(P(), P(None, DATA_AXIS)),
+            out_specs=(P(), P()),
+        ),
+        donate_argnums=0,
+    )
+
+    # Everything is compiled before the threads start, so compile time is measured apart.
+    t0 = time.perf_counter()
+    probe = make_env(-1)
+    example_obs = np.zeros(probe.observation_spec.shape, probe.observation_spec.dtype)
+    probe.close()
+    state = jax.jit(learner.init, out_shardings=replicated)(jax.random.key(seed), example_obs)
+    act = jax.jit(agent.act)
+    batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
+    out_shape = jax.eval_shape(agent.act, state.params, batch_obs, jax.random.key(0))
+    traj_shape = Trajectory(
+        obs=jax.ShapeDtypeStruct((config.rollout_len, *batch_obs.shape), batch_obs.dtype),
+        reward=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.float32),
+        terminated=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.bool_),
+        truncated=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.bool_),
+        bootstrap_obs=jax.ShapeDtypeStruct((config.rollout_len, *batch_obs.shape),
+                                           batch_obs.dtype),
+        behaviour=jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct((config.rollout_len, *s.shape), s.dtype), out_shape
+        ),
+    )
+    traj_shape = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=traj_sharding), traj_shape
+    )
+    update = update.lower(state, (traj_shape,) * config.num_actors).compile()
+    for device in actor_devices:
+        on_device = jax.device_put((state.params, batch_obs, jax.random.key(0)), device)
+        jax.block_until_ready(act(*on_device))
+    compile_s = time.perf_counter() - t0
+
+    actor_timers = [Timers() for _ in range(config.num_actors)]
+    actor_steps = [0] * config.num_actors
+    learner_timers = Timers()
+    history: dict[str, list] = collections.defaultdict(list)
+    lags: list[int] = []
+
+    def actor_loop(index: int):
+        device = actor_devices[index // config.actors_per_device]
+        timers = actor_timers[index]
+        env = make_env(index)
+        try:
+            key = jax.device_put(
+                jax.random.fold_in(jax.random.key(seed + 1), index), device
+            )
+            timestep = env.reset()
+            rollout = 0
+            while not lifetime.stopping:
+                start = time.perf_counter()
+                wanted = max(rollout - 1, 0) if config.deterministic else None
+                copies, version = slot.get(wanted)
+                params = copies[device]
+                timers.add("params_fetch", start)
+                keys = rollout_keys(jax.random.fold_in(key, rollout), config.rollout_len)
+                timestep, traj, stats = host_rollout(env, act, params, timestep, keys, timers,
+                                                     device)
+                start = time.perf_counter()
+                traj = jax.device_put(traj, traj_sharding)
+                timers.add("place_on_learners", start)
+                queues[index].put((traj, version, stats))
+                actor_steps[index] += config.envs_per_actor * config.rollout_len
+                rollout += 1
+        finally:
+            env.close()
+
+    def publish(params, version):
+        # A copy on every actor device: the learner's state is donated to the next update.
+        copies = {d: jax.device_put(params, d, may_alias=False) for d in set(actor_devices)}
+        slot.publish(copies, version)
+
+    def learner_loop():
+        nonlocal state
+        publish(state.params, 0)
+        for k in range(num_updates):
+            start = time.perf_counter()
+            items = [q.get() for q in queues]
+            start = learner_timers.add("wait_for_data", start)
+            state, metrics = update(state, tuple(item[0] for item in items))
+            metrics = jax.device_get(metrics)
+            learner_timers.add("update", start)
+            publish(state.params, k + 1)
+            lags.extend(k - item[1] for item in items)
+            history["episodes"].append(sum(item[2].episodes for item in items))
+            history["return_sum"].append(sum(item[2].return_sum for item in items))
+            history["length_sum"].append(sum(item[2].length_sum for item in items))
+            for name, value in metrics.items():
+                history[name].append(float(value))
+            history["queue_size"].append(float(np.mean([q.qsize() for q in queues])))
+        lifetime.stop()
+
+    threads = [lifetime.thread(f"actor-{i}", actor_loop, i) for i in range(config.num_actors)]
+    threads.append(lifetime.thread("learner", learner_loop))
+    start = time.perf_counter()
+    last_report = start
+    try:
+        for thread in threads:
+            thread.start()
+        while not lifetime.wait(0.1):
+            if progress is not None and time.perf_counter() - last_report >= 1.0:
+                last_report = time.perf_counter()
+                progress(_record(history, config, num_updates, start, actor_steps))
+    except KeyboardInterrupt:
+        lifetime.stop()
+        _join(threads)
+        raise
+    _join(threads)
+    lifetime.raise_if_failed()
+    elapsed = time.perf_counter() - start
+    if progress is not None:
+        progress(_record(history, config, num_updates, start, actor_steps))
+
+    hist = {name: np.asarray(values)[None] for name, values in history.items()}
+    total_steps = num_updates * config.steps_per_update
+    final = final_returns(hist, config.steps_per_update, total_steps)
+    params = jax.device_get(state.params)
+    summary = {
+        "total_steps": total_steps,
+        "num_updates": num_updates,
+        "sps": total_steps / elapsed,
+        "actor_sps": sum(actor_steps) / elapsed,
+        "per_actor_sps": [s / elapsed for s in actor_steps],
+        "compile_s": compile_s,
+        "run_s": elapsed,
+        "final_return": None if np.isnan(final[0]) else float(final[0]),
+        "params_checksum": params_checksum(params),
+        "policy_lag_mean": float(np.mean(lags)) if lags else None,
+        "policy_lag_max": int(np.max(lags)) if lags else None,
+        "actor_time_s": _mean_timers(actor_timers),
+        "learner_time_s": dict(learner_timers.seconds),
+        "queue_size_mean": float(np.mean(history["queue_size"])),
+    }
+    return SebulbaResult(summary, params, hist)
+
+
+def _join(threads) -> None:
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    for thread in threads:
+        if thread.ident is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in threads if t.is_alive()]
+    if alive:
+        raise RuntimeError(f"podracer threads did not stop within {JOIN_TIMEOUT_S} s: {alive}")
+
+
+def _mean_timers(timers: list[Timers]) -> dict[str, float]:
+    names = sorted({name for t in timers for name in t.seconds})
+    return {name: float(np.mean([t.seconds.get(name, 0.0) for t in timers])) for name in names}
+
+
+def _record(history, config, num_updates, start, actor_steps) -> dict[str, Any]:
+    done = len(history["episodes"])
+    elapsed = time.perf_counter() - start
+    recent = slice(max(0, done - 5), done)
+    episodes = sum(history["episodes"][recent])
+    return {
+        "steps": done * config.steps_per_update,
+        "updates": done,
+        "fraction": done / num_updates,
+        "sps": done * config.steps_per_update / max(elapsed, 1e-9),
+        "actor_sps": sum(actor_steps) / max(elapsed, 1e-9),
+        "episode_return": sum(history["return_sum"][recent]) / episodes if episodes else None,
+        "loss": history["loss"][-1] if history["loss"] else float("nan"),
+    }
+
+
+__all__ = ["SebulbaResult", "Stopped", "host_rollout", "rollout_keys", "run"]
