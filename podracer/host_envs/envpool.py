@@ -1,0 +1,744 @@
+"""envpool environments on the host, for Sebulba's actor threads (NumPy in, NumPy out).
+
+:func:`make` builds an :class:`EnvpoolEnvironment` from an id ``"envpool:<task>"`` (any envpool
+task with discrete actions and one array observation: ``envpool:CartPole-v1``,
+``envpool:Acrobot-v1``, ``envpool:Breakout-v5``, ...; ``envpool.list_all_envs()`` lists them).
+Nothing here is traced or jitted; one object belongs to one thread.
+
+Every :class:`~podracer.types.TimeStep` it returns means what it means for podracer's JAX
+environments, which envpool alone does not give:
+
+- **Same-step auto-reset.** envpool resets an environment on the call *after* the one that
+  reported ``done`` (and returns the reset observation with reward 0 then). The adapter hides that
+  step: when an episode ends at step ``t``, ``obs[t]`` is already the first observation of the
+  next episode and ``final_obs[t]`` the last observation of the one that ended
+  (``final_obs == obs`` where the episode goes on; then it may be the very same array).
+- **Termination and truncation kept apart**, never both true; a terminal state reached on the
+  time limit's last step counts as *terminated* (nothing to bootstrap). envpool reports
+  ``trunc = True`` at the time limit even when the state is terminal, so:
+
+  * tasks with a ``max_episode_steps`` setting (classic control, ...) get their time limit on the
+    host: envpool's own limit is switched off, ``terminated`` is envpool's ``done`` and
+    ``truncated`` is "this env's episode reached ``max_episode_steps`` steps and did not
+    terminate"; such an environment is reset with envpool's ``reset(env_ids)``;
+  * Atari tasks keep envpool's limit (it counts the steps of a whole game, across lives, and a
+    host reset would undo ``episodic_life``); envpool's ``info["terminated"]`` (game over) then
+    says which time-limit steps are terminal. Their follow-up call is envpool's own auto-reset,
+    a step with a dummy action, so ``episodic_life`` goes on with the next life;
+  * other tasks (without either) take ``terminated = done & ~trunc`` as envpool reports them.
+- ``reward`` is f32; ``info = EpisodeInfo(done, episode_return, episode_length)`` is tracked on the
+  host per env id: where ``done``, the undiscounted return and the number of steps of the episode
+  that ended at this step, 0 elsewhere. For Atari the "episode" is the *game*: the return sums
+  envpool's unclipped ``info["reward"]`` (the score, also with ``reward_clip``) and with
+  ``episodic_life`` a game ends at game over or the time limit, not at each lost life (which is a
+  ``terminated`` step for the learner).
+
+**Sync mode** (``batch_size`` ``None`` or ``num_envs``): :meth:`EnvpoolEnvironment.reset` and
+:meth:`EnvpoolEnvironment.step` over all ``num_envs`` environments, rows in env id order. After a
+step where the envs ``E`` ended, the adapter calls envpool once more for ``E`` alone
+(``step(actions, env_id=E)`` or ``reset(E)``) and writes their reset observations into ``obs``.
+
+**Async mode** (``batch_size < num_envs``): :meth:`~EnvpoolEnvironment.async_reset` once, then
+alternate :meth:`~EnvpoolEnvironment.recv` ``-> (TimeStep, env_ids)`` (``batch_size`` rows) and
+:meth:`~EnvpoolEnvironment.send` ``(actions, env_ids)`` for those ids. At an episode boundary the
+result of the env that ended is held back: the adapter sends that env its follow-up call at once
+and emits the step when the reset observation arrives, so async mode yields exactly the sync
+semantics above (``obs`` = next episode's first observation, ``final_obs`` = last observation of
+the ended one, the ended step's reward and flags); that env's row just comes one envpool call
+later. After :meth:`~EnvpoolEnvironment.async_reset` each env's first row is its reset observation
+(reward 0, no flags). envpool returns results ``min(batch_size, num_envs - batch_size + 1)`` at a
+time, so the held-back envs never leave ``recv`` waiting forever, as long as the ids of every
+``recv`` are sent back before the next one (what a Sebulba actor does); otherwise ``recv`` raises
+instead of blocking.
+
+**Atari options** (``-v5`` tasks; envpool's defaults, ``AtariOptions``): ``frame_stack=4``
+(envpool's ``stack_num``), ``img_height=img_width=84``, ``episodic_life=False``,
+``reward_clip=False``, ``repeat_action_probability=0.0``, ``full_action_space=False``, and
+``sticky_actions=True`` for the protocol of Machado et al. (2018, arXiv 1709.06009): sticky
+actions with probability 0.25 and the full action space of 18. Observations are uint8
+``[frame_stack, img_height, img_width]``. ``max_episode_steps`` (agent steps; envpool's default
+for Atari is 27000, i.e. 108000 frames) is an option of every task that has one. Other settings of
+envpool's task config (``noop_max``, ``frame_skip``, ...) are passed through under envpool's names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from podracer.config import ConfigError, check_positive, check_range
+from podracer.types import DiscreteActionSpec, EpisodeInfo, ObservationSpec, TimeStep
+
+PREFIX = "envpool:"
+STICKY_ACTION_PROBABILITY = 0.25  # Machado et al. (2018)
+_INT32_MAX = 2**31 - 1
+
+# Settings of envpool's task config that make() sets itself (or that no caller should touch).
+_MANAGED = (
+    "num_envs",
+    "batch_size",
+    "num_threads",
+    "seed",
+    "env_seed",
+    "base_path",
+    "gym_reset_return_info",
+    "max_num_players",
+)
+# Settings that are not options: the task itself, a score threshold, frames (use frame_stack),
+# a discount podracer does not read (terminated says it).
+_NOT_OPTIONS = ("task", "reward_threshold", "stack_num", "zero_discount_on_life_loss")
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariOptions:
+    """The options of envpool's Atari tasks (``envpool:<Game>-v5``); envpool's defaults."""
+
+    frame_stack: int = 4
+    """Frames stacked in one observation (envpool's ``stack_num``)."""
+    img_height: int = 84
+    img_width: int = 84
+    episodic_life: bool = False
+    """A lost life ends the (learner's) episode with ``terminated``; the game goes on."""
+    reward_clip: bool = False
+    """Rewards clipped to their sign; episode returns still report the score."""
+    repeat_action_probability: float = 0.0
+    """Sticky actions: the probability that the emulator repeats the previous action."""
+    full_action_space: bool = False
+    """All 18 actions instead of the game's minimal set."""
+    sticky_actions: bool = False
+    """Machado et al. (2018): ``repeat_action_probability=0.25`` and ``full_action_space=True``."""
+
+    def __post_init__(self):
+        for field in ("frame_stack", "img_height", "img_width"):
+            _check_int(self, field)
+        check_positive(self, "frame_stack", "img_height", "img_width")
+        for field in ("episodic_life", "reward_clip", "full_action_space", "sticky_actions"):
+            if not isinstance(getattr(self, field), bool | np.bool_):
+                raise ConfigError(
+                    f"AtariOptions.{field}={getattr(self, field)!r} is not allowed: give True "
+                    "or False"
+                )
+        if isinstance(self.repeat_action_probability, bool) or not isinstance(
+            self.repeat_action_probability, int | float
+        ):
+            raise ConfigError(
+                f"AtariOptions.repeat_action_probability={self.repeat_action_probability!r} is "
+                "not allowed: give a number >= 0 and < 1"
+            )
+        check_range(self, "repeat_action_probability", 0.0, 1.0)
+        if self.repeat_action_probability >= 1.0:
+            raise ConfigError(
+                f"AtariOptions.repeat_action_probability={self.repeat_action_probability!r} is "
+                "not allowed: it must be < 1 (at 1 the agent never acts)"
+            )
+        if self.sticky_actions and self.repeat_action_probability not in (
+            0.0,
+            STICKY_ACTION_PROBABILITY,
+        ):
+            raise ConfigError(
+                f"AtariOptions.sticky_actions=True with repeat_action_probability="
+                f"{self.repeat_action_probability!r} is not allowed: sticky_actions sets it to "
+                f"{STICKY_ACTION_PROBABILITY}; give one or the other"
+            )
+
+    def envpool_kwargs(self) -> dict[str, Any]:
+        """The same options under envpool's names."""
+        sticky = self.sticky_actions
+        return dict(
+            stack_num=int(self.frame_stack),
+            img_height=int(self.img_height),
+            img_width=int(self.img_width),
+            episodic_life=bool(self.episodic_life),
+            reward_clip=bool(self.reward_clip),
+            repeat_action_probability=float(
+                STICKY_ACTION_PROBABILITY if sticky else self.repeat_action_probability
+            ),
+            full_action_space=bool(sticky or self.full_action_space),
+        )
+
+
+ATARI_OPTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AtariOptions))
+
+
+@contextlib.contextmanager
+def _quiet_spaces():
+    """Silences gymnasium's warning that envpool's float64 Box bounds are cast to float32."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
+        yield
+
+
+def _check_int(obj: Any, field: str) -> None:
+    value = getattr(obj, field)
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{type(obj).__name__}.{field}={value!r} is not allowed: give an integer")
+
+
+class _PoolOutput(NamedTuple):
+    """envpool's output for some envs, in the order of ``env_id``."""
+
+    env_id: np.ndarray  # i32 [n]
+    obs: np.ndarray  # [n, ...]
+    reward: np.ndarray  # f32 [n]
+    terminated: np.ndarray  # bool [n]: envpool's done & ~trunc
+    truncated: np.ndarray  # bool [n]: envpool's trunc (time limit reached)
+    game_over: np.ndarray | None  # bool [n]: Atari's info["terminated"]
+    score: np.ndarray  # f32 [n]: what episode returns sum (Atari: unclipped reward)
+
+    def rows(self, index) -> _PoolOutput:
+        return _PoolOutput(*(None if x is None else x[index] for x in self))
+
+
+class _Rows(NamedTuple):
+    """Finished rows of an async batch, waiting for ``recv``."""
+
+    env_id: np.ndarray
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray
+    episode_done: np.ndarray
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+
+
+class _HeldSteps(NamedTuple):
+    """Per env id (``[num_envs, ...]``): the step that ended an episode, held back (async mode)
+    until the env's reset observation arrives."""
+
+    obs: np.ndarray  # the ended episode's last observation: the row's final_obs
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    episode_done: np.ndarray
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+
+
+class EnvpoolEnvironment:
+    """``num_envs`` envpool environments with podracer's ``TimeStep`` semantics; build with
+    :func:`make`.
+
+    Attributes: ``id`` (``"envpool:<task>"``), ``num_envs``, ``batch_size`` (rows per ``recv``;
+    ``num_envs`` in sync mode), ``is_async``, ``observation_spec`` (one env's observation),
+    ``action_spec``. Sync mode: :meth:`reset`, :meth:`step`. Async mode: :meth:`async_reset`,
+    :meth:`recv`, :meth:`send`. See the module docstring for the semantics.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        pool: Any,
+        *,
+        num_envs: int,
+        batch_size: int,
+        pool_batch_size: int,
+        time_limit: int | None,
+        atari: bool,
+        episodic_life: bool,
+    ):
+        self.id = env_id
+        self.num_envs = num_envs
+        self.batch_size = batch_size
+        self.is_async = batch_size < num_envs
+        self._pool = pool
+        self._pool_batch_size = pool_batch_size
+        self._time_limit = time_limit  # host-side limit; None: envpool's flags as they are
+        self._atari = atari
+        self._episodic_life = episodic_life
+        with _quiet_spaces():
+            obs_space = pool.observation_space
+            self.action_spec = DiscreteActionSpec(int(pool.action_space.n))
+        self.observation_spec = ObservationSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype))
+        self._all_ids = np.arange(num_envs, dtype=np.int32)
+        self._closed = False
+
+        n = num_envs
+        self._elapsed = np.zeros(n, np.int64)  # steps of each env's episode (host time limit)
+        self._return = np.zeros(n, np.float64)  # running episode's return (Atari: game score)
+        self._length = np.zeros(n, np.int64)  # running episode's steps (Atari: game steps)
+        self._started = False
+
+        # async book-keeping
+        self._in_flight = 0  # envs envpool is stepping or resetting
+        self._held = np.zeros(n, bool)  # returned by recv, not yet sent back
+        self._first = np.zeros(n, bool)  # next result is the async_reset observation
+        self._pending = np.zeros(n, bool)  # ended; next result is its follow-up (reset) call
+        self._ready: list[_Rows] = []
+        self._num_ready = 0
+        if self.is_async:
+            self._held_steps = _HeldSteps(
+                obs=np.zeros((n, *self.observation_spec.shape), self.observation_spec.dtype),
+                reward=np.zeros(n, np.float32),
+                terminated=np.zeros(n, bool),
+                truncated=np.zeros(n, bool),
+                episode_done=np.zeros(n, bool),
+                episode_return=np.zeros(n, np.float32),
+                episode_length=np.zeros(n, np.int32),
+            )
+
+    # ---- shared ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+
+    def _require(self, asynchronous: bool, method: str) -> None:
+        self._check_open()
+        if self.is_async != asynchronous:
+            mode, use = (
+                ("async", "async_reset(), recv() and send(actions, env_ids)")
+                if self.is_async
+                else ("sync", "reset() and step(actions)")
+            )
+            raise RuntimeError(
+                f"{self.id}: {method} is not available in {mode} mode (num_envs="
+                f"{self.num_envs}, batch_size={self.batch_size}); use {use}"
+            )
+
+    def _check_actions(self, actions: Any, n: int) -> np.ndarray:
+        actions = np.asarray(actions)
+        if actions.shape != (n,):
+            raise ValueError(
+                f"{self.id}: actions of shape {actions.shape} are not allowed: give one action "
+                f"per environment, shape ({n},)"
+            )
+        if actions.dtype.kind not in "iu":
+            raise ValueError(
+                f"{self.id}: actions of dtype {actions.dtype} are not allowed: give integers"
+            )
+        num_actions = self.action_spec.num_actions
+        if n and (actions.min() < 0 or actions.max() >= num_actions):
+            raise ValueError(
+                f"{self.id}: actions {actions} are not allowed: each must be in "
+                f"0..{num_actions - 1}"
+            )
+        return actions.astype(np.int32, copy=False)
+
+    def _recv_pool(self) -> _PoolOutput:
+        obs, reward, terminated, truncated, info = self._pool.recv()
+        reward = np.asarray(reward, np.float32)
+        game_over = np.asarray(info["terminated"], bool) if self._atari else None
+        score = np.asarray(info["reward"], np.float32) if self._atari else reward
+        return _PoolOutput(
+            np.asarray(info["env_id"], np.int32),
+            obs,
+            reward,
+            np.asarray(terminated, bool),
+            np.asarray(truncated, bool),
+            game_over,
+            score,
+        )
+
+    def _send_follow_up(self, env_ids: np.ndarray) -> None:
+        """Starts the call that resets the envs ``env_ids``, whose episodes just ended."""
+        if self._time_limit is not None:
+            self._pool._reset(env_ids)  # envpool's reset(env_ids) without its recv (async safe)
+        else:  # envpool's own auto-reset: the step after done (Atari: next life or new game)
+            self._pool.send(np.zeros(len(env_ids), np.int32), env_ids)
+
+    def _account(self, out: _PoolOutput) -> tuple[np.ndarray, np.ndarray, EpisodeInfo]:
+        """Flags and episode statistics of one envpool step of the envs ``out.env_id``.
+
+        Returns ``(terminated, truncated, EpisodeInfo)``, each ``[n]``, and advances the host
+        counters of those envs (their episodes start over where they ended).
+        """
+        ids = out.env_id
+        terminated = out.terminated.copy()
+        if out.game_over is not None:  # a game over on the time limit's step is terminal
+            terminated |= out.truncated & out.game_over
+        truncated = out.truncated & ~terminated
+        if self._time_limit is not None:
+            self._elapsed[ids] += 1
+            truncated |= (self._elapsed[ids] >= self._time_limit) & ~terminated
+        ended = terminated | truncated
+        self._elapsed[ids[ended]] = 0
+
+        self._return[ids] += out.score
+        self._length[ids] += 1
+        # with episodic_life a lost life is terminal for the learner, but the game goes on
+        episode_done = (out.game_over | truncated) if self._episodic_life else ended
+        info = EpisodeInfo(
+            done=episode_done,
+            episode_return=np.where(episode_done, self._return[ids], 0.0).astype(np.float32),
+            episode_length=np.where(episode_done, self._length[ids], 0).astype(np.int32),
+        )
+        done_ids = ids[episode_done]
+        self._return[done_ids] = 0.0
+        self._length[done_ids] = 0
+        return terminated, truncated, info
+
+    def _zero_info(self, n: int) -> EpisodeInfo:
+        return EpisodeInfo(np.zeros(n, bool), np.zeros(n, np.float32), np.zeros(n, np.int32))
+
+    def _reset_counters(self) -> None:
+        self._elapsed[:] = 0
+        self._return[:] = 0.0
+        self._length[:] = 0
+        self._started = True
+
+    # ---- sync mode ---------------------------------------------------------------------------
+
+    def _recv_in_order(self, env_ids: np.ndarray) -> _PoolOutput:
+        out = self._recv_pool()
+        if not np.array_equal(out.env_id, env_ids):
+            out = out.rows(np.argsort(out.env_id, kind="stable"))
+            assert np.array_equal(out.env_id, env_ids), (out.env_id, env_ids)
+        return out
+
+    def reset(self) -> TimeStep:
+        """Resets every environment (sync mode). All fields ``[num_envs, ...]``; reward 0."""
+        self._require(False, "reset()")
+        obs, info = self._pool.reset()
+        env_id = np.asarray(info["env_id"])
+        if not np.array_equal(env_id, self._all_ids):
+            obs = obs[np.argsort(env_id, kind="stable")]
+        self._reset_counters()
+        n = self.num_envs
+        false = np.zeros(n, bool)
+        return TimeStep(obs, np.zeros(n, np.float32), false, false.copy(), obs, self._zero_info(n))
+
+    def step(self, actions: np.ndarray) -> TimeStep:
+        """Steps every environment with ``actions`` (int ``[num_envs]``), sync mode.
+
+        Returns a ``TimeStep`` with fields ``[num_envs, ...]`` in env id order; environments
+        whose episode ended are already reset (``obs``), ``final_obs`` keeps their last
+        observation.
+        """
+        self._require(False, "step()")
+        if not self._started:
+            raise RuntimeError(f"{self.id}: call reset() before step()")
+        actions = self._check_actions(actions, self.num_envs)
+        self._pool.send(actions, self._all_ids)
+        out = self._recv_in_order(self._all_ids)
+        terminated, truncated, info = self._account(out)
+        obs = final_obs = out.obs
+        ended_ids = self._all_ids[terminated | truncated]
+        if ended_ids.size:
+            final_obs = obs.copy()
+            self._send_follow_up(ended_ids)
+            obs[ended_ids] = self._recv_in_order(ended_ids).obs
+        return TimeStep(obs, out.reward, terminated, truncated, final_obs, info)
+
+    # ---- async mode --------------------------------------------------------------------------
+
+    def async_reset(self) -> None:
+        """Starts resetting every environment (async mode); their observations come from
+        :meth:`recv` (reward 0, no flags). Call it once, before the first :meth:`recv`."""
+        self._require(True, "async_reset()")
+        if self._in_flight:
+            raise RuntimeError(
+                f"{self.id}: async_reset() while {self._in_flight} environments are still "
+                "stepping is not allowed; make a new environment to start over"
+            )
+        self._pool.async_reset()
+        self._in_flight = self.num_envs
+        self._held[:] = False
+        self._pending[:] = False
+        self._first[:] = True
+        self._ready, self._num_ready = [], 0
+        self._reset_counters()
+
+    def recv(self) -> tuple[TimeStep, np.ndarray]:
+        """The next ``batch_size`` environments that are ready (async mode).
+
+        Returns ``(TimeStep, env_ids)``: fields ``[batch_size, ...]`` and the i32
+        ``[batch_size]`` ids of the environments of each row; send their next actions with
+        :meth:`send` before the next ``recv``.
+        """
+        self._require(True, "recv()")
+        if not self._started:
+            raise RuntimeError(f"{self.id}: call async_reset() before recv()")
+        while self._num_ready < self.batch_size:
+            if self._in_flight < self._pool_batch_size:
+                raise RuntimeError(
+                    f"{self.id}: recv() would wait forever: {self._in_flight} environments are "
+                    f"stepping and envpool returns them {self._pool_batch_size} at a time; send "
+                    "actions for the env ids of every recv() before the next one"
+                )
+            out = self._recv_pool()
+            self._in_flight -= len(out.env_id)
+            self._absorb(out)
+        rows = _Rows(*(np.concatenate(parts) for parts in zip(*self._ready, strict=True)))
+        b = self.batch_size
+        if self._num_ready > b:
+            self._ready = [_Rows(*(x[b:] for x in rows))]
+            rows = _Rows(*(x[:b] for x in rows))
+        else:
+            self._ready = []
+        self._num_ready -= b
+        self._held[rows.env_id] = True
+        ts = TimeStep(
+            obs=rows.obs,
+            reward=rows.reward,
+            terminated=rows.terminated,
+            truncated=rows.truncated,
+            final_obs=rows.final_obs,
+            info=EpisodeInfo(rows.episode_done, rows.episode_return, rows.episode_length),
+        )
+        return ts, rows.env_id
+
+    def _add_ready(self, rows: _Rows) -> None:
+        if len(rows.env_id):
+            self._ready.append(rows)
+            self._num_ready += len(rows.env_id)
+
+    def _absorb(self, out: _PoolOutput) -> None:
+        """Sorts one envpool batch into ready rows and held-back episode ends."""
+        ids = out.env_id
+        first = self._first[ids]
+        follow_up = self._pending[ids]
+        fresh = ~first & ~follow_up
+
+        if first.any():
+            part = out.rows(first)
+            n = len(part.env_id)
+            self._first[part.env_id] = False
+            false = np.zeros(n, bool)
+            info = self._zero_info(n)
+            self._add_ready(
+                _Rows(part.env_id, part.obs, np.zeros(n, np.float32), false, false, part.obs, *info)
+            )
+
+        if follow_up.any():
+            part = out.rows(follow_up)
+            pid = part.env_id
+            self._pending[pid] = False
+            held = _HeldSteps(*(x[pid] for x in self._held_steps))
+            self._add_ready(
+                _Rows(
+                    pid,
+                    part.obs,
+                    held.reward,
+                    held.terminated,
+                    held.truncated,
+                    held.obs,
+                    held.episode_done,
+                    held.episode_return,
+                    held.episode_length,
+                )
+            )
+
+        if fresh.any():
+            part = out.rows(fresh)
+            terminated, truncated, info = self._account(part)
+            ended = terminated | truncated
+            going = ~ended
+            self._add_ready(
+                _Rows(
+                    part.env_id[going],
+                    part.obs[going],
+                    part.reward[going],
+                    terminated[going],
+                    truncated[going],
+                    part.obs[going],
+                    *(x[going] for x in info),
+                )
+            )
+            if ended.any():
+                eid = part.env_id[ended]
+                held = self._held_steps
+                held.obs[eid] = part.obs[ended]
+                held.reward[eid] = part.reward[ended]
+                held.terminated[eid] = terminated[ended]
+                held.truncated[eid] = truncated[ended]
+                held.episode_done[eid] = info.done[ended]
+                held.episode_return[eid] = info.episode_return[ended]
+                held.episode_length[eid] = info.episode_length[ended]
+                self._pending[eid] = True
+                self._send_follow_up(eid)
+                self._in_flight += len(eid)
+
+    def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        """Sends ``actions`` (int ``[n]``) to the environments ``env_ids`` (``[n]``, from
+        :meth:`recv`), async mode."""
+        self._require(True, "send()")
+        env_ids = np.asarray(env_ids)
+        if (
+            env_ids.ndim != 1
+            or env_ids.dtype.kind not in "iu"
+            or len(np.unique(env_ids)) != len(env_ids)
+            or not np.all(self._held[np.clip(env_ids, 0, self.num_envs - 1)])
+            or np.any((env_ids < 0) | (env_ids >= self.num_envs))
+        ):
+            raise ValueError(
+                f"{self.id}: send to env_ids={env_ids} is not allowed: give distinct ids that "
+                f"the last recv() returned and that have not been sent yet "
+                f"(waiting: {np.flatnonzero(self._held)})"
+            )
+        actions = self._check_actions(actions, len(env_ids))
+        if not len(env_ids):
+            return
+        env_ids = env_ids.astype(np.int32)
+        self._pool.send(actions, env_ids)
+        self._held[env_ids] = False
+        self._in_flight += len(env_ids)
+
+    # ---- lifetime ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops envpool's threads; the environment cannot be used afterwards."""
+        if not self._closed:
+            self._closed = True
+            close = getattr(self._pool, "close", None)
+            if close is not None:
+                close()
+
+    def __repr__(self) -> str:
+        return (
+            f"EnvpoolEnvironment({self.id!r}, num_envs={self.num_envs}, "
+            f"batch_size={self.batch_size})"
+        )
+
+
+def make(
+    env_id: str,
+    *,
+    num_envs: int,
+    batch_size: int | None = None,
+    seed: int = 0,
+    num_threads: int = 0,
+    **options: Any,
+) -> EnvpoolEnvironment:
+    """Builds ``num_envs`` envpool environments of the task in ``env_id = "envpool:<task>"``.
+
+    Args:
+      env_id: ``"envpool:"`` and an envpool task id with discrete actions (``CartPole-v1``,
+        ``Acrobot-v1``, ``Breakout-v5``, ...; ``envpool.list_all_envs()`` lists them all).
+      num_envs: environments in the pool.
+      batch_size: ``None`` or ``num_envs`` for sync mode (``reset`` / ``step``); fewer for async
+        mode (``async_reset`` / ``recv`` / ``send``), each ``recv`` returning that many envs.
+      seed: envpool's seed (int32) for the whole pool.
+      num_threads: envpool's worker threads (0: envpool's default).
+      **options: ``max_episode_steps`` (tasks with a time limit), the Atari options of
+        :class:`AtariOptions` (``-v5`` tasks only), or other settings of the task's envpool
+        config under envpool's names.
+
+    Raises:
+      ValueError: an unknown id, a task with continuous actions or a non-array observation, an
+        unknown option or one the task does not take.
+      ConfigError: a value that is not allowed (also a ``ValueError``).
+    """
+    if not isinstance(env_id, str) or not env_id.startswith(PREFIX):
+        raise ValueError(
+            f"environment id {env_id!r} is not allowed: envpool ids look like "
+            f"'{PREFIX}<task>', e.g. '{PREFIX}CartPole-v1' or '{PREFIX}Breakout-v5'"
+        )
+    import envpool
+    from envpool.registration import registry
+
+    task = env_id[len(PREFIX) :]
+    all_ids = envpool.list_all_envs()
+    if task not in all_ids:
+        close = difflib.get_close_matches(task, all_ids, n=5, cutoff=0.6)
+        hint = f"close matches: {', '.join(PREFIX + c for c in close)}; " if close else ""
+        raise ValueError(
+            f"envpool task {task!r} (from {env_id!r}) does not exist: {hint}"
+            "envpool.list_all_envs() lists every task id"
+        )
+
+    spec = envpool.make_spec(task)
+    config = spec.config._asdict()
+    with _quiet_spaces():
+        action_space, observation_space = spec.action_space, spec.observation_space
+    if type(action_space).__name__ != "Discrete":
+        raise ValueError(
+            f"{env_id} is not allowed: its actions are {action_space}; podracer's envpool "
+            "adapter takes tasks with discrete actions"
+        )
+    if type(observation_space).__name__ != "Box":
+        raise ValueError(
+            f"{env_id} is not allowed: its observation is {observation_space}; podracer's "
+            "envpool adapter takes tasks with one array observation"
+        )
+
+    for name, value in (("num_envs", num_envs), ("seed", seed), ("num_threads", num_threads)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ConfigError(f"{env_id}: {name}={value!r} is not allowed: give an integer")
+    if num_envs < 1:
+        raise ConfigError(f"{env_id}: num_envs={num_envs} is not allowed: it must be >= 1")
+    if batch_size is None:
+        batch_size = num_envs
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int | np.integer)
+        or not 1 <= batch_size <= num_envs
+    ):
+        raise ConfigError(
+            f"{env_id}: batch_size={batch_size!r} is not allowed: it must be None or "
+            f"num_envs={num_envs} (sync mode), or between 1 and {num_envs - 1} (async mode)"
+        )
+    if not -(2**31) <= seed <= _INT32_MAX:
+        raise ConfigError(f"{env_id}: seed={seed} is not allowed: it must fit in int32")
+    if num_threads < 0:
+        raise ConfigError(f"{env_id}: num_threads={num_threads} is not allowed: it must be >= 0")
+
+    atari = registry.specs[task][0] == "envpool.atari"
+    allowed = {k for k in config if k not in _MANAGED and k not in _NOT_OPTIONS}
+    allowed = sorted(allowed | set(ATARI_OPTIONS)) if atari else sorted(allowed)
+    for name, value in options.items():
+        if name in ATARI_OPTIONS and not atari:
+            raise ValueError(
+                f"{env_id}: option {name}={value!r} is not allowed: it is an option of "
+                f"envpool's Atari tasks ('{PREFIX}<Game>-v5'); {task} takes: "
+                f"{', '.join(allowed) or 'no options'}"
+            )
+        if name == "stack_num":
+            raise ValueError(f"{env_id}: option stack_num is not allowed: use frame_stack")
+        if name in _MANAGED or name not in allowed:
+            raise ValueError(
+                f"{env_id}: option {name}={value!r} is not allowed: {task} takes: "
+                f"{', '.join(allowed) or 'no options'} (and make's num_envs, batch_size, seed, "
+                "num_threads)"
+            )
+
+    kwargs = {k: v for k, v in options.items() if k not in ATARI_OPTIONS}
+    episodic_life = False
+    if atari:
+        atari_options = AtariOptions(**{k: v for k, v in options.items() if k in ATARI_OPTIONS})
+        kwargs.update(atari_options.envpool_kwargs())
+        episodic_life = atari_options.episodic_life
+
+    time_limit = None
+    if "max_episode_steps" in config:
+        steps = kwargs.get("max_episode_steps", config["max_episode_steps"])
+        if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
+            raise ConfigError(
+                f"{env_id}: max_episode_steps={steps!r} is not allowed: give an integer >= 1"
+            )
+        if not atari and "episodic_life" not in config:
+            time_limit = int(steps)
+            kwargs["max_episode_steps"] = _INT32_MAX  # envpool's own limit, off
+
+    is_async = batch_size < num_envs
+    # envpool returns async results this many at a time; see the module docstring
+    pool_batch_size = min(batch_size, num_envs - batch_size + 1) if is_async else num_envs
+    try:
+        pool = envpool.make(
+            task,
+            env_type="gymnasium",
+            num_envs=int(num_envs),
+            batch_size=int(pool_batch_size),
+            seed=int(seed),
+            num_threads=int(num_threads),
+            **kwargs,
+        )
+    except (TypeError, ValueError, AssertionError, RuntimeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{env_id}: envpool does not take the options {options}: {reason}") from e
+    return EnvpoolEnvironment(
+        env_id,
+        pool,
+        num_envs=int(num_envs),
+        batch_size=int(batch_size),
+        pool_batch_size=int(pool_batch_size),
+        time_limit=time_limit,
+        atari=atari,
+        episodic_life=episodic_life,
+    )

@@ -1,0 +1,187 @@
+"""Sebulba: the shared core (Anakin rollout == Sebulba actor), determinism, faults, learning."""
+
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+
+from podracer import envs
+from podracer.agents import PPOConfig, build
+from podracer.config import ConfigError
+from podracer.core import make_rollout, reset_envs
+from podracer.host_envs.jax_env import JaxHostEnvironment
+from podracer.sebulba import SebulbaConfig, host_rollout, rollout_keys, run
+from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+
+
+@struct.dataclass
+class WalkState:
+    position: jax.Array
+    time: jax.Array
+
+
+class Walk:
+    """A deterministic corridor of 5 cells: start in the middle, action 1 moves right, 0 left.
+    Reaching the right end pays 1 and terminates; 6 steps truncate."""
+
+    id = "walk"
+    default_params = None
+    observation_spec = ObservationSpec((5,), jnp.dtype(jnp.float32))
+    action_spec = DiscreteActionSpec(2)
+
+    def _ts(self, state, reward, terminated, truncated, final_obs):
+        obs = jax.nn.one_hot(state.position, 5)
+        return TimeStep(obs, reward, terminated, truncated, final_obs)
+
+    def reset(self, key, params):
+        state = WalkState(jnp.int32(2), jnp.int32(0))
+        obs = jax.nn.one_hot(state.position, 5)
+        return state, TimeStep(obs, jnp.float32(0), jnp.bool_(False), jnp.bool_(False), obs)
+
+    def step(self, key, state, action, params):
+        position = jnp.clip(state.position + 2 * action - 1, 0, 4)
+        time_ = state.time + 1
+        terminated = position == 4
+        truncated = (time_ >= 6) & ~terminated
+        final_obs = jax.nn.one_hot(position, 5)
+        done = terminated | truncated
+        state = WalkState(jnp.where(done, 2, position), jnp.where(done, 0, time_))
+        obs = jax.nn.one_hot(state.position, 5)
+        return state, TimeStep(obs, terminated.astype(jnp.float32), terminated, truncated,
+                               final_obs)
+
+
+def test_anakin_rollout_equals_sebulba_actor():
+    env = Walk()
+    agent, _ = build(PPOConfig(), 2, num_updates=1)
+    params = agent.init(jax.random.key(0), jnp.zeros(5))
+    num_envs, T = 3, 20
+    key = jax.random.key(42)
+
+    rollout = make_rollout(env, agent.act, T)
+    state = reset_envs(env, jax.random.split(jax.random.key(1), num_envs), None)
+    _, anakin_traj, _ = jax.jit(rollout)(params, state, None, key)
+
+    host_env = JaxHostEnvironment(env, num_envs)
+    timestep = host_env.reset()
+    _, sebulba_traj, stats = host_rollout(host_env, jax.jit(agent.act), params, timestep,
+                                          rollout_keys(key, T))
+    assert jax.tree.structure(anakin_traj) == jax.tree.structure(sebulba_traj)
+    for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(sebulba_traj), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                   atol=1e-6)
+    # The trajectory is not trivial: both kinds of episode ends occur.
+    assert anakin_traj.terminated.any() and anakin_traj.truncated.any()
+    assert stats.episodes == int((anakin_traj.terminated | anakin_traj.truncated).sum())
+
+
+def small(deterministic=True, **kwargs):
+    return SebulbaConfig(actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=4,
+                         rollout_len=16, deterministic=deterministic, **kwargs)
+
+
+def sebulba(config, make_env=None, total=4 * 16 * 6, agent_config=None, agent=None, seed=0):
+    agent_config = agent_config or PPOConfig(num_epochs=2, num_minibatches=2)
+    built_agent, optimizer = build(agent_config, 3, num_updates=6)
+    make_env = make_env or (lambda i: JaxHostEnvironment(envs.make("catch"), 4, seed=i + 1))
+    return run(make_env, agent or built_agent, optimizer, config,
+               num_epochs=agent_config.num_epochs, num_minibatches=agent_config.num_minibatches,
+               seed=seed, total_timesteps=total, devices=jax.devices()[:2])
+
+
+def podracer_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("podracer-")]
+
+
+def test_deterministic_mode_reproduces_a_run():
+    a = sebulba(small(actors_per_device=2))
+    b = sebulba(small(actors_per_device=2))
+    c = sebulba(small(actors_per_device=2), seed=1)
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert a.summary["params_checksum"] != c.summary["params_checksum"]
+    assert a.summary["num_updates"] == 3  # 384 steps, 2 actors x 4 envs x 16 steps each
+    assert a.summary["policy_lag_max"] == 1 and a.summary["policy_lag_mean"] == 2 / 3
+    assert not podracer_threads()
+
+
+class FailingEnv:
+    """Raises at its ``fail_at``-th step."""
+
+    def __init__(self, inner, fail_at):
+        self._inner, self._fail_at, self._steps = inner, fail_at, 0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def step(self, actions):
+        self._steps += 1
+        if self._steps == self._fail_at:
+            raise OSError("environment exploded")
+        return self._inner.step(actions)
+
+
+def test_environment_error_reaches_the_main_thread():
+    def make_env(i):
+        return FailingEnv(JaxHostEnvironment(envs.make("catch"), 4, seed=i), fail_at=30)
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="environment exploded") as info:
+        sebulba(small(deterministic=False), make_env=make_env, total=10**9)
+    assert time.monotonic() - start < 60  # compile + 30 steps + the stop (bounded well below)
+    assert isinstance(info.value.__cause__, OSError)
+    assert "FailingEnv" in str(info.value) or "step" in str(info.value)  # thread's traceback
+    assert not podracer_threads()
+
+
+def explode_after(n, message):
+    """A host callback that passes its input through ``n`` times, then raises (at run time)."""
+    calls = {"n": 0}
+
+    def check(x):
+        calls["n"] += 1
+        if calls["n"] > n:
+            raise ValueError(message)
+        return x
+
+    return lambda x: jax.pure_callback(check, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+
+def test_actor_and_learner_errors_reach_the_main_thread():
+    agent, _ = build(PPOConfig(num_epochs=1, num_minibatches=1), 3, num_updates=6)
+    actor_bomb = explode_after(40, "actor exploded")
+
+    def exploding_act(params, obs, key):
+        out = agent.act(params, obs, key)
+        return out._replace(action=actor_bomb(out.action))
+
+    with pytest.raises(RuntimeError, match="actor exploded"):
+        sebulba(small(deterministic=False), agent=agent._replace(act=exploding_act), total=10**9)
+    assert not podracer_threads()
+
+    learner_bomb = explode_after(2, "learner exploded")
+
+    def exploding_loss(params, batch, key):  # the callback sits on data, not on the gradient
+        return agent.loss(params, batch._replace(advantage=learner_bomb(batch.advantage)), key)
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="learner exploded") as info:
+        sebulba(small(deterministic=False), agent=agent._replace(loss=exploding_loss),
+                total=10**9)
+    assert "podracer-learner" in str(info.value)
+    assert time.monotonic() - start < 60
+    assert not podracer_threads()
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match=r"async_batch_size=9 .* envs_per_actor=8"):
+        SebulbaConfig(async_batch_size=9)
+    with pytest.raises(ConfigError, match=r"envs_per_actor=3 .* learner devices \(2\)"):
+        SebulbaConfig(envs_per_actor=3, learner_device_ids=(0, 1))
+    with pytest.raises(ValueError, match=r"learner_device_ids has ids \[5\]"):
+        sebulba(SebulbaConfig(learner_device_ids=(5,)))
