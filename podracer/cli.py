@@ -23,7 +23,8 @@ commands:
   train    train an agent (podracer train --help)
 """
 
-ARCHS = ("anakin",)
+ARCHS = ("anakin", "sebulba")
+SEBULBA_DEFAULT_ENV = "envpool:CartPole-v1"
 
 
 class CLIError(Exception):
@@ -76,7 +77,13 @@ def parse_train_args(argv: Sequence[str]):
         )
     entry = agents.AGENTS[selectors.agent]
     if selectors.env is None:
-        selectors.env = entry.default_env
+        selectors.env = entry.default_env if selectors.arch == "anakin" else SEBULBA_DEFAULT_ENV
+    if selectors.arch == "anakin":
+        arch_cls, arch_defaults = AnakinConfig, entry.arch_defaults
+    else:
+        from podracer.sebulba import SebulbaConfig
+
+        arch_cls, arch_defaults = SebulbaConfig, {}
 
     spec = dataclasses.make_dataclass(
         "TrainConfig",
@@ -84,8 +91,8 @@ def parse_train_args(argv: Sequence[str]):
             ("agent", entry.config_cls, dataclasses.field(default_factory=entry.config_cls)),
             (
                 "arch",
-                AnakinConfig,
-                dataclasses.field(default_factory=lambda: AnakinConfig(**entry.arch_defaults)),
+                arch_cls,
+                dataclasses.field(default_factory=lambda: arch_cls(**arch_defaults)),
             ),
         ],
         frozen=True,
@@ -109,8 +116,22 @@ def train(argv: Sequence[str]) -> dict:
     from podracer import anakin, envs
     from podracer.logging import ConsoleProgress
 
-    envs.make(selectors.env)  # fail early, with the list of known ids
     progress = None if selectors.quiet else ConsoleProgress(selectors.total_timesteps)
+    if selectors.arch == "sebulba":
+        from podracer import sebulba
+
+        result = sebulba.train(
+            selectors.env,
+            agent_config,
+            arch_config,
+            seed=selectors.seed,
+            total_timesteps=selectors.total_timesteps,
+            progress=progress,
+        )
+        result.summary["agent"] = selectors.agent
+        print(json.dumps(result.summary), flush=True)
+        return result.summary
+    envs.make(selectors.env)  # fail early, with the list of known ids
     result = anakin.train(
         selectors.env,
         agent_config,

@@ -1,7 +1,10 @@
 """flax.linen torsos and heads.
 
 Observations of any shape and dtype are flattened and cast to ``f32`` by the MLP torso, so the same
-network takes CartPole vectors, Catch boards and MinAtar images.
+network takes CartPole vectors, Catch boards and MinAtar images. The convolutional torsos
+(:class:`NatureCNN`, :class:`ImpalaResNet`) take image batches, channel-first ``[B, C, H, W]`` by
+default (envpool's Atari layout: 4 stacked 84 x 84 frames), and scale integer (``uint8``) pixels to
+``[0, 1]`` on the device, so observations travel to the device as bytes.
 """
 
 from __future__ import annotations
@@ -34,11 +37,116 @@ class MLP(nn.Module):
         return x
 
 
+def _images(obs, channels_first: bool):
+    """``[B, C, H, W]`` (or ``[B, H, W, C]``) of any dtype -> f32 ``[B, H, W, C]``; integer
+    pixels are scaled by 1/255, other dtypes only cast."""
+    if obs.ndim != 4:
+        raise ValueError(
+            f"a convolutional torso needs image batches [B, C, H, W] or [B, H, W, C], got shape "
+            f"{obs.shape}"
+        )
+    x = obs.astype(jnp.float32)
+    if jnp.issubdtype(obs.dtype, jnp.integer):
+        x = x / 255.0
+    return jnp.transpose(x, (0, 2, 3, 1)) if channels_first else x
+
+
+class NatureCNN(nn.Module):
+    """The DQN torso: ``[B, C, H, W] -> [B, hidden_size]``.
+
+    Conv 32 8x8 stride 4, conv 64 4x4 stride 2, conv 64 3x3 stride 1 (valid padding), dense
+    ``hidden_size`` (512), ReLU after each. ``uint8`` pixels are scaled to ``[0, 1]``; with
+    ``channels_first=False`` the input is ``[B, H, W, C]``.
+
+    Mnih et al., 2015, "Human-level control through deep reinforcement learning",
+    https://www.nature.com/articles/nature14236.
+    """
+
+    hidden_size: int = 512
+    channels_first: bool = True
+
+    @nn.compact
+    def __call__(self, obs):
+        x = _images(obs, self.channels_first)
+        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = nn.Conv(
+                features,
+                (kernel, kernel),
+                (stride, stride),
+                padding="VALID",
+                kernel_init=_orthogonal(np.sqrt(2)),
+            )(x)
+            x = nn.relu(x)
+        x = x.reshape(x.shape[0], -1)
+        return nn.relu(nn.Dense(self.hidden_size, kernel_init=_orthogonal(np.sqrt(2)))(x))
+
+
+class _ResidualBlock(nn.Module):
+    """``x + conv(relu(conv(relu(x))))``, 3x3 convolutions keeping the channel count."""
+
+    @nn.compact
+    def __call__(self, x):
+        channels = x.shape[-1]
+        y = nn.Conv(channels, (3, 3), padding="SAME")(nn.relu(x))
+        y = nn.Conv(channels, (3, 3), padding="SAME")(nn.relu(y))
+        return x + y
+
+
+class ImpalaResNet(nn.Module):
+    """The IMPALA ("deep") torso: ``[B, C, H, W] -> [B, hidden_size]``.
+
+    For each of ``channels`` (16, 32, 32): conv 3x3, max-pool 3x3 stride 2, two residual blocks;
+    then ReLU, dense ``hidden_size`` (256), ReLU. ``uint8`` pixels are scaled to ``[0, 1]``; with
+    ``channels_first=False`` the input is ``[B, H, W, C]``.
+
+    Espeholt et al., 2018, "IMPALA", https://arxiv.org/abs/1802.01561, figure 3 (right).
+    """
+
+    channels: Sequence[int] = (16, 32, 32)
+    hidden_size: int = 256
+    channels_first: bool = True
+
+    @nn.compact
+    def __call__(self, obs):
+        x = _images(obs, self.channels_first)
+        for channels in self.channels:
+            x = nn.Conv(channels, (3, 3), padding="SAME")(x)
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = _ResidualBlock()(x)
+            x = _ResidualBlock()(x)
+        x = nn.relu(x).reshape(x.shape[0], -1)
+        return nn.relu(nn.Dense(self.hidden_size)(x))
+
+
+TORSOS = ("mlp", "nature_cnn", "impala_resnet")
+"""The torso names :class:`ActorCritic` accepts."""
+
+
+def make_torso(
+    name: str,
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    channels_first: bool = True,
+) -> nn.Module:
+    """A torso by name (one of :data:`TORSOS`). ``hidden_sizes`` and ``activation`` are the
+    MLP's; the convolutional torsos keep their papers' sizes and ReLUs, and read
+    ``channels_first``."""
+    if name == "mlp":
+        return MLP(hidden_sizes, activation)
+    if name == "nature_cnn":
+        return NatureCNN(channels_first=channels_first)
+    if name == "impala_resnet":
+        return ImpalaResNet(channels_first=channels_first)
+    raise ValueError(f"unknown torso {name!r}: choose one of {', '.join(TORSOS)}")
+
+
 class ActorCritic(nn.Module):
     """Discrete actor-critic: ``obs [B, ...] -> (logits [B, A], value [B])``.
 
-    With ``shared_torso`` one MLP feeds both heads; otherwise actor and critic have MLPs of their
-    own (as in the PPO implementation details of Huang et al., 2022). Heads use orthogonal
+    With ``shared_torso`` one torso feeds both heads; otherwise actor and critic have torsos of
+    their own (as in the PPO implementation details of Huang et al., 2022). ``torso`` picks the
+    torso by name (:func:`make_torso`): the MLP by default, or ``"nature_cnn"`` /
+    ``"impala_resnet"`` for images (``channels_first`` says their layout). Heads use orthogonal
     initialisation with gain 0.01 (policy) and 1 (value).
     """
 
@@ -46,12 +154,15 @@ class ActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     shared_torso: bool = False
+    torso: str = "mlp"
+    channels_first: bool = True
 
     def setup(self):
-        self.actor_torso = MLP(self.hidden_sizes, self.activation)
-        self.critic_torso = (
-            self.actor_torso if self.shared_torso else MLP(self.hidden_sizes, self.activation)
-        )
+        def torso():
+            return make_torso(self.torso, self.hidden_sizes, self.activation, self.channels_first)
+
+        self.actor_torso = torso()
+        self.critic_torso = self.actor_torso if self.shared_torso else torso()
         self.policy_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
         self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
 

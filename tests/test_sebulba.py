@@ -51,8 +51,9 @@ class Walk:
         done = terminated | truncated
         state = WalkState(jnp.where(done, 2, position), jnp.where(done, 0, time_))
         obs = jax.nn.one_hot(state.position, 5)
-        return state, TimeStep(obs, terminated.astype(jnp.float32), terminated, truncated,
-                               final_obs)
+        return state, TimeStep(
+            obs, terminated.astype(jnp.float32), terminated, truncated, final_obs
+        )
 
 
 def test_anakin_rollout_equals_sebulba_actor():
@@ -68,30 +69,44 @@ def test_anakin_rollout_equals_sebulba_actor():
 
     host_env = JaxHostEnvironment(env, num_envs)
     timestep = host_env.reset()
-    _, sebulba_traj, stats = host_rollout(host_env, jax.jit(agent.act), params, timestep,
-                                          rollout_keys(key, T))
+    _, sebulba_traj, stats = host_rollout(
+        host_env, jax.jit(agent.act), params, timestep, rollout_keys(key, T)
+    )
     assert jax.tree.structure(anakin_traj) == jax.tree.structure(sebulba_traj)
     for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(sebulba_traj), strict=True):
         assert a.shape == b.shape and a.dtype == b.dtype
-        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
-                                   atol=1e-6)
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=1e-6)
     # The trajectory is not trivial: both kinds of episode ends occur.
     assert anakin_traj.terminated.any() and anakin_traj.truncated.any()
     assert stats.episodes == int((anakin_traj.terminated | anakin_traj.truncated).sum())
 
 
 def small(deterministic=True, **kwargs):
-    return SebulbaConfig(actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=4,
-                         rollout_len=16, deterministic=deterministic, **kwargs)
+    return SebulbaConfig(
+        actor_device_ids=(0,),
+        learner_device_ids=(1,),
+        envs_per_actor=4,
+        rollout_len=16,
+        deterministic=deterministic,
+        **kwargs,
+    )
 
 
 def sebulba(config, make_env=None, total=4 * 16 * 6, agent_config=None, agent=None, seed=0):
     agent_config = agent_config or PPOConfig(num_epochs=2, num_minibatches=2)
     built_agent, optimizer = build(agent_config, 3, num_updates=6)
     make_env = make_env or (lambda i: JaxHostEnvironment(envs.make("catch"), 4, seed=i + 1))
-    return run(make_env, agent or built_agent, optimizer, config,
-               num_epochs=agent_config.num_epochs, num_minibatches=agent_config.num_minibatches,
-               seed=seed, total_timesteps=total, devices=jax.devices()[:2])
+    return run(
+        make_env,
+        agent or built_agent,
+        optimizer,
+        config,
+        num_epochs=agent_config.num_epochs,
+        num_minibatches=agent_config.num_minibatches,
+        seed=seed,
+        total_timesteps=total,
+        devices=jax.devices()[:2],
+    )
 
 
 def podracer_threads():
@@ -171,8 +186,7 @@ def test_actor_and_learner_errors_reach_the_main_thread():
 
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="learner exploded") as info:
-        sebulba(small(deterministic=False), agent=agent._replace(loss=exploding_loss),
-                total=10**9)
+        sebulba(small(deterministic=False), agent=agent._replace(loss=exploding_loss), total=10**9)
     assert "podracer-learner" in str(info.value)
     assert time.monotonic() - start < 60
     assert not podracer_threads()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from podracer.agents import ppo, qlambda
+from podracer.agents import impala, ppo, qlambda
+from podracer.agents.impala import IMPALAConfig
 from podracer.agents.ppo import PPOConfig
 from podracer.agents.qlambda import QLambdaConfig
 
@@ -22,6 +23,9 @@ AGENTS: dict[str, AgentEntry] = {
     "ppo": AgentEntry(PPOConfig, ppo, "gymnax:CartPole-v1", {}),
     # The Podracer paper's Catch demo: 128 environments, rollouts of 16 steps.
     "qlambda": AgentEntry(QLambdaConfig, qlambda, "catch", {"num_envs": 128, "rollout_len": 16}),
+    "impala": AgentEntry(
+        IMPALAConfig, impala, "gymnax:CartPole-v1", {"num_envs": 16, "rollout_len": 32}
+    ),
 }
 
 
@@ -41,4 +45,14 @@ def build(config: Any, num_actions: int, num_updates: int):
     raise TypeError(f"no agent takes a config of type {type(config).__name__}")
 
 
-__all__ = ["AGENTS", "PPOConfig", "QLambdaConfig", "build", "get", "ppo", "qlambda"]
+__all__ = [
+    "AGENTS",
+    "IMPALAConfig",
+    "PPOConfig",
+    "QLambdaConfig",
+    "build",
+    "get",
+    "impala",
+    "ppo",
+    "qlambda",
+]

@@ -6,6 +6,9 @@ environment axis with ``vmap``, in the style of rlax.
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -67,4 +70,128 @@ def gae(
     chex.assert_rank([r_t, v_tm1, v_t, terminated_t, truncated_t], 2)
     return jax.vmap(_gae_one_stream, in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1)(
         r_t, v_tm1, v_t, terminated_t, truncated_t, gamma, lambda_
+    )
+
+
+class VTraceOutput(NamedTuple):
+    """What :func:`vtrace` returns, every field f32 ``[T, B]``."""
+
+    errors: chex.Array  # v_s - v(x_s): the V-trace target minus the value (target stop-gradient)
+    pg_advantage: chex.Array  # min(clip_pg_rho, rho_s) (q_s - v(x_s))
+    q_estimate: chex.Array  # q_s = r_s + gamma_s * (bootstrap of the next step), the pg target
+
+
+def _vtrace_one_stream(
+    v_tm1,
+    v_t,
+    r_t,
+    terminated_t,
+    truncated_t,
+    rho_tm1,
+    gamma,
+    lambda_,
+    clip_rho,
+    clip_pg_rho,
+    stop_target_gradients,
+):
+    chex.assert_rank([v_tm1, v_t, r_t, terminated_t, truncated_t, rho_tm1], 1)
+    chex.assert_equal_shape([v_tm1, v_t, r_t, terminated_t, truncated_t, rho_tm1])
+    dtype = v_t.dtype
+    discount_t = gamma * (1.0 - terminated_t.astype(dtype))
+    lambda_t = lambda_ * (1.0 - (terminated_t | truncated_t).astype(dtype))  # trace cut
+    c_t = lambda_t * jnp.minimum(1.0, rho_tm1)
+    delta_t = jnp.minimum(clip_rho, rho_tm1) * (r_t + discount_t * v_t - v_tm1)
+
+    def backward(error_t, xs):
+        delta, discount, c = xs
+        error_tm1 = delta + discount * c * error_t
+        return error_tm1, error_tm1
+
+    # rlax.vtrace's scan starts from a Python 0.0, which shard_map rejects as a carry that does
+    # not vary over the device axis; zeros_like(v_t[0]) varies as v_t does (as in gae).
+    _, errors = jax.lax.scan(
+        backward, jnp.zeros_like(v_t[0]), (delta_t, discount_t, c_t), reverse=True, unroll=16
+    )
+    if stop_target_gradients:
+        errors = jax.lax.stop_gradient(errors + v_tm1) - v_tm1
+    # rlax bootstraps q from v_tm1[t + 1], the value of the next episode's first observation
+    # after an episode ended; v_t[t] is the value of the observation that really followed.
+    targets_tm1 = errors + v_tm1
+    next_target = jnp.concatenate([targets_tm1[1:], v_t[-1:]])
+    q_bootstrap = lambda_t * next_target + (1.0 - lambda_t) * v_t
+    q_estimate = r_t + discount_t * q_bootstrap
+    pg_advantage = jnp.minimum(clip_pg_rho, rho_tm1) * (q_estimate - v_tm1)
+    return VTraceOutput(errors=errors, pg_advantage=pg_advantage, q_estimate=q_estimate)
+
+
+def vtrace(
+    v_tm1: chex.Array,
+    v_t: chex.Array,
+    r_t: chex.Array,
+    terminated_t: chex.Array,
+    truncated_t: chex.Array,
+    rho_tm1: chex.Array,
+    gamma: float,
+    lambda_: float = 1.0,
+    clip_rho: float = 1.0,
+    clip_pg_rho: float = 1.0,
+    *,
+    stop_target_gradients: bool = True,
+) -> VTraceOutput:
+    r"""V-trace targets and policy-gradient advantages over ``[T, B]`` with terminations and
+    truncations.
+
+    With :math:`\bar\rho_s = \min(\bar\rho, \rho_s)`, :math:`c_s = \lambda \min(1, \rho_s)
+    (1 - \mathrm{done}_s)`, :math:`\gamma_s = \gamma (1 - \mathrm{term}_s)` and
+    :math:`V_s = v_t[s]` the value of the observation that followed step ``s`` (before any
+    auto-reset):
+
+    .. math::
+        \delta_s = \bar\rho_s (r_s + \gamma_s V_s - v(x_s)), \qquad
+        v_s - v(x_s) = \delta_s + \gamma_s c_s (v_{s+1} - v(x_{s+1})), \quad v_T - v(x_T) = 0,
+
+    .. math::
+        q_s = r_s + \gamma_s \big(\lambda_s v_{s+1} + (1 - \lambda_s) V_s\big), \quad
+        \lambda_s = \lambda (1 - \mathrm{done}_s), \; v_{T} := V_{T-1}, \qquad
+        A^{pg}_s = \min(\bar\rho_{pg}, \rho_s) (q_s - v(x_s)),
+
+    with :math:`\mathrm{done}_s = \mathrm{term}_s \lor \mathrm{trunc}_s`. As in :func:`gae`, a
+    truncation still bootstraps from the value of the final observation but cuts the trace: the
+    next step belongs to another episode. When nothing is truncated (and ``v_t[s] ==
+    v_tm1[s + 1]`` inside episodes whenever ``lambda_ < 1``) this is
+    ``rlax.vtrace_td_error_and_advantage`` with ``discount_t = γ (1 - term_t)`` (tested); the
+    errors are ``rlax.vtrace`` with a per-step λ that is zero where an episode ends. rlax is not
+    called: its scan's initial carry does not vary over a ``shard_map`` device axis, which
+    ``jax.shard_map``'s check rejects.
+
+    Espeholt et al., 2018, "IMPALA", https://arxiv.org/abs/1802.01561, section 4.
+
+    Args:
+      v_tm1: f32 ``[T, B]`` values of the observations the actions were taken in.
+      v_t: f32 ``[T, B]`` values of the observations that followed (bootstrap values).
+      r_t: f32 ``[T, B]`` rewards.
+      terminated_t, truncated_t: bool ``[T, B]``.
+      rho_tm1: f32 ``[T, B]`` importance ratios ``pi(a_s | x_s) / mu(a_s | x_s)``.
+      gamma: discount.
+      lambda_: trace parameter (1 in IMPALA).
+      clip_rho: :math:`\bar\rho`, the clip of the ratios in the TD errors.
+      clip_pg_rho: :math:`\bar\rho_{pg}`, the clip of the ratios in the policy-gradient advantage.
+      stop_target_gradients: no gradient through the targets: ``errors`` is
+        ``stop_gradient(v_s) - v(x_s)`` (``pg_advantage`` and ``q_estimate`` are not stopped).
+
+    Returns:
+      :class:`VTraceOutput` of f32 ``[T, B]`` arrays; the V-trace targets are
+      ``errors + v_tm1``.
+    """
+    chex.assert_rank([v_tm1, v_t, r_t, terminated_t, truncated_t, rho_tm1], 2)
+    one_stream = functools.partial(
+        _vtrace_one_stream,
+        gamma=gamma,
+        lambda_=lambda_,
+        clip_rho=clip_rho,
+        clip_pg_rho=clip_pg_rho,
+        stop_target_gradients=stop_target_gradients,
+    )
+    return jax.vmap(one_stream, in_axes=1, out_axes=1)(
+        v_tm1, v_t, r_t, terminated_t, truncated_t, rho_tm1
     )

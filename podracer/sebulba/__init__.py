@@ -2,5 +2,14 @@
 
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.system import SebulbaResult, host_rollout, rollout_keys, run
+from podracer.sebulba.train import env_factory, train
 
-__all__ = ["SebulbaConfig", "SebulbaResult", "host_rollout", "rollout_keys", "run"]
+__all__ = [
+    "SebulbaConfig",
+    "SebulbaResult",
+    "env_factory",
+    "host_rollout",
+    "rollout_keys",
+    "run",
+    "train",
+]

@@ -62,7 +62,7 @@ class Lifetime:
                 target(*args)
             except Stopped:
                 pass
-            except BaseException as error:  # noqa: BLE001 - every error must reach the main thread
+            except BaseException as error:
                 self.fail(error)
 
         return threading.Thread(target=body, name=f"podracer-{name}", daemon=True)

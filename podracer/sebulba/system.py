@@ -66,7 +66,8 @@ def host_rollout(
 ) -> tuple[TimeStep, Trajectory, RolloutStats]:
     """One rollout of ``len(keys)`` steps on a host environment (sync mode).
 
-    ``act`` is the jitted ``agent.act``; ``params`` and ``keys`` live on the actor ``device``.
+    ``act(params, obs, keys, t)`` is :func:`make_act` of the agent (``agent.act`` with the key
+    ``keys[t]``, one dispatch per step); ``params`` and ``keys`` live on the actor ``device``.
     Returns the last TimeStep, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout
     emits) and the statistics of the episodes that ended.
     """
@@ -75,8 +76,7 @@ def host_rollout(
     episodes, return_sum, length_sum = 0, 0.0, 0
     for t in range(keys.shape[0]):
         start = time.perf_counter()
-        out = act(params, jax.device_put(timestep.obs, device), keys[t])
-        out = jax.device_get(out)
+        out = jax.device_get(act(params, jax.device_put(timestep.obs, device), keys, t))
         start = timers.add("inference", start)
         next_ts = env.step(out.action)
         timers.add("env_step", start)
@@ -101,6 +101,11 @@ def host_rollout(
         behaviour=ActorOutput(*(np.stack(x) for x in zip(*outs, strict=True))),
     )
     return timestep, traj, RolloutStats(episodes, return_sum, length_sum)
+
+
+def make_act(agent: Agent):
+    """The actor's jitted step: ``act(params, obs, keys, t) = agent.act(params, obs, keys[t])``."""
+    return jax.jit(lambda params, obs, keys, t: agent.act(params, obs, keys[t]))
 
 
 class SebulbaResult(NamedTuple):
@@ -146,7 +151,10 @@ def run(
     replicated = NamedSharding(learner_mesh, P())
 
     learner = make_learner(
-        agent, optimizer, num_epochs=num_epochs, num_minibatches=num_minibatches,
+        agent,
+        optimizer,
+        num_epochs=num_epochs,
+        num_minibatches=num_minibatches,
         axis_name=DATA_AXIS,
     )
 
@@ -156,7 +164,9 @@ def run(
 
     update = jax.jit(
         jax.shard_map(
-            update_all, mesh=learner_mesh, in_specs=(P(), P(None, DATA_AXIS)),
+            update_all,
+            mesh=learner_mesh,
+            in_specs=(P(), P(None, DATA_AXIS)),
             out_specs=(P(), P()),
         ),
         donate_argnums=0,
@@ -168,7 +178,7 @@ def run(
     example_obs = np.zeros(probe.observation_spec.shape, probe.observation_spec.dtype)
     probe.close()
     state = jax.jit(learner.init, out_shardings=replicated)(jax.random.key(seed), example_obs)
-    act = jax.jit(agent.act)
+    act = make_act(agent)
     batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
     out_shape = jax.eval_shape(agent.act, state.params, batch_obs, jax.random.key(0))
     traj_shape = Trajectory(
@@ -176,8 +186,7 @@ def run(
         reward=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.float32),
         terminated=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.bool_),
         truncated=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.bool_),
-        bootstrap_obs=jax.ShapeDtypeStruct((config.rollout_len, *batch_obs.shape),
-                                           batch_obs.dtype),
+        bootstrap_obs=jax.ShapeDtypeStruct((config.rollout_len, *batch_obs.shape), batch_obs.dtype),
         behaviour=jax.tree.map(
             lambda s: jax.ShapeDtypeStruct((config.rollout_len, *s.shape), s.dtype), out_shape
         ),
@@ -187,7 +196,8 @@ def run(
     )
     update = update.lower(state, (traj_shape,) * config.num_actors).compile()
     for device in actor_devices:
-        on_device = jax.device_put((state.params, batch_obs, jax.random.key(0)), device)
+        keys = rollout_keys(jax.random.key(0), config.rollout_len)
+        on_device = jax.device_put((state.params, batch_obs, keys, 0), device)
         jax.block_until_ready(act(*on_device))
     compile_s = time.perf_counter() - t0
 
@@ -202,9 +212,7 @@ def run(
         timers = actor_timers[index]
         env = make_env(index)
         try:
-            key = jax.device_put(
-                jax.random.fold_in(jax.random.key(seed + 1), index), device
-            )
+            key = jax.device_put(jax.random.fold_in(jax.random.key(seed + 1), index), device)
             timestep = env.reset()
             rollout = 0
             while not lifetime.stopping:
@@ -214,8 +222,9 @@ def run(
                 params = copies[device]
                 timers.add("params_fetch", start)
                 keys = rollout_keys(jax.random.fold_in(key, rollout), config.rollout_len)
-                timestep, traj, stats = host_rollout(env, act, params, timestep, keys, timers,
-                                                     device)
+                timestep, traj, stats = host_rollout(
+                    env, act, params, timestep, keys, timers, device
+                )
                 start = time.perf_counter()
                 traj = jax.device_put(traj, traj_sharding)
                 timers.add("place_on_learners", start)
@@ -325,4 +334,4 @@ def _record(history, config, num_updates, start, actor_steps) -> dict[str, Any]:
     }
 
 
-__all__ = ["SebulbaResult", "Stopped", "host_rollout", "rollout_keys", "run"]
+__all__ = ["SebulbaResult", "Stopped", "host_rollout", "make_act", "rollout_keys", "run"]

@@ -1,0 +1,219 @@
+"""IMPALA: an actor-critic corrected for off-policy data by V-trace.
+
+The actors' policy (the behaviour policy ``mu``) lags the learner's (``pi``) in Sebulba, and in any
+loop once a batch is used for more than one SGD step. V-trace (:func:`podracer.core.vtrace`)
+corrects for that with clipped importance ratios ``rho = pi(a | x) / mu(a | x)``:
+
+.. math::
+    L = -\\frac{1}{N}\\sum_s \\bar\\rho^{pg}_s (q_s - v(x_s)) \\log \\pi(a_s | x_s)
+        + c_v \\frac{1}{N}\\sum_s \\tfrac12 (v_s - v(x_s))^2
+        - c_H \\frac{1}{N}\\sum_s H(\\pi(\\cdot | x_s)),
+
+with the V-trace targets ``v_s`` and advantages ``rho_pg (q_s - v(x_s))`` under a stop-gradient,
+and ``N = B * T``. Values and logits are recomputed with the current parameters in the loss, the
+bootstrap values from ``Trajectory.bootstrap_obs`` (so truncations bootstrap from the final
+observation, and the trace is cut at every episode end). The learner cuts minibatches of whole
+sequences: ``prepare`` returns batch-major ``[B, T, ...]``.
+
+Espeholt et al., 2018, "IMPALA: Scalable distributed deep-RL with importance weighted
+actor-learner architectures", https://arxiv.org/abs/1802.01561.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.core.returns import vtrace
+from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic
+from podracer.types import ActorOutput, Agent, Trajectory
+
+OPTIMIZERS = ("adam", "rmsprop")
+
+
+@dataclasses.dataclass(frozen=True)
+class IMPALAConfig:
+    """IMPALA hyper-parameters.
+
+    Loss weights, discount, clips and the gradient-norm clip are the paper's (Atari); the
+    optimizer defaults to Adam, which needs no tuning of its epsilon on small problems
+    (``optimizer="rmsprop"`` gives the paper's RMSProp: decay 0.99, epsilon 0.01, no momentum).
+    Defaults learn ``gymnax:CartPole-v1`` with 16 environments and rollouts of 32 steps.
+    """
+
+    lr: float = 6e-4
+    """Learning rate (initial value when annealed)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run (as in the paper)."""
+    optimizer: str = "adam"
+    """One of adam, rmsprop."""
+    rmsprop_decay: float = 0.99
+    """RMSProp decay of the squared-gradient average."""
+    rmsprop_eps: float = 0.01
+    """RMSProp epsilon (inside the square root, as in TensorFlow 1's RMSProp)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    vtrace_lambda: float = 1.0
+    """Trace parameter of V-trace (1 in the paper)."""
+    clip_rho: float = 1.0
+    """Clip of the importance ratios in the value targets (rho bar)."""
+    clip_pg_rho: float = 1.0
+    """Clip of the importance ratios in the policy-gradient advantage."""
+    baseline_cost: float = 0.5
+    """Weight of the value (baseline) loss."""
+    entropy_cost: float = 0.01
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 40.0
+    """Global gradient norm clip (0 disables it)."""
+    num_epochs: int = 1
+    """SGD passes over each batch (1: every batch is used once, as in the paper)."""
+    num_minibatches: int = 1
+    """Minibatches (of whole sequences) per pass; must divide the environments per device."""
+    torso: str = "mlp"
+    """Torso of the network: one of mlp, nature_cnn, impala_resnet."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the MLP torso (unused by the convolutional torsos)."""
+    activation: str = "tanh"
+    """Activation of the MLP torso: one of tanh, relu, gelu, silu."""
+    shared_torso: bool = False
+    """One torso for actor and critic instead of one each (the paper shares one)."""
+    channels_first: bool = True
+    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]."""
+
+    def __post_init__(self):
+        check_positive(self, "lr", "num_epochs", "num_minibatches")
+        check_choice(self, "optimizer", OPTIMIZERS)
+        check_range(self, "rmsprop_decay", 0.0, 1.0)
+        check_range(self, "rmsprop_eps", 0.0, None)
+        check_range(self, "gamma", 0.0, 1.0)
+        check_range(self, "vtrace_lambda", 0.0, 1.0)
+        check_range(self, "clip_rho", 0.0, None, low_open=True)
+        check_range(self, "clip_pg_rho", 0.0, None, low_open=True)
+        check_range(self, "baseline_cost", 0.0, None)
+        check_range(self, "entropy_cost", 0.0, None)
+        check_range(self, "max_grad_norm", 0.0, None)
+        check_choice(self, "torso", TORSOS)
+        check_layer_sizes(self, "hidden_sizes")
+        check_choice(self, "activation", tuple(ACTIVATIONS))
+
+
+class IMPALABatch(NamedTuple):
+    """Batch-major sequences ``[B, T, ...]``: one sample per environment."""
+
+    obs: jax.Array  # [B, T, ...]
+    action: jax.Array  # i32 [B, T]
+    reward: jax.Array  # f32 [B, T]
+    terminated: jax.Array  # bool [B, T]
+    truncated: jax.Array  # bool [B, T]
+    bootstrap_obs: jax.Array  # [B, T, ...]
+    behaviour_log_prob: jax.Array  # f32 [B, T]: log mu(a_t | x_t)
+
+
+def _select(x, index):
+    """``x[..., index]`` through a one-hot product: its gradient is no scatter (slow on CPU)."""
+    return jnp.sum(x * jax.nn.one_hot(index, x.shape[-1], dtype=x.dtype), axis=-1)
+
+
+def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
+    """IMPALA as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
+    network = ActorCritic(
+        num_actions=num_actions,
+        hidden_sizes=tuple(config.hidden_sizes),
+        activation=config.activation,
+        shared_torso=config.shared_torso,
+        torso=config.torso,
+        channels_first=config.channels_first,
+    )
+
+    def init(key, example_obs):
+        return network.init(key, example_obs[None])
+
+    def act(params, obs, key):
+        logits, value = network.apply(params, obs)
+        action = jax.random.categorical(key, logits)
+        log_prob = _select(jax.nn.log_softmax(logits), action)
+        return ActorOutput(action=action, log_prob=log_prob, value=value, logits=logits)
+
+    def prepare(params, traj: Trajectory, mean_fn):
+        del params, mean_fn
+        batch = IMPALABatch(
+            obs=traj.obs,
+            action=traj.action,
+            reward=traj.reward,
+            terminated=traj.terminated,
+            truncated=traj.truncated,
+            bootstrap_obs=traj.bootstrap_obs,
+            behaviour_log_prob=traj.behaviour.log_prob,
+        )
+        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+
+    def loss(params, batch: IMPALABatch, key):
+        del key
+        num_seqs, num_steps = batch.reward.shape
+
+        def flat(x):
+            return x.reshape(num_seqs * num_steps, *x.shape[2:])
+
+        def unflat(x):
+            return x.reshape(num_seqs, num_steps, *x.shape[1:])
+
+        logits, v_tm1 = network.apply(params, flat(batch.obs))
+        logits, v_tm1 = unflat(logits), unflat(v_tm1)
+        v_t = unflat(network.apply(params, flat(batch.bootstrap_obs), method=ActorCritic.value))
+        log_probs = jax.nn.log_softmax(logits)
+        log_prob = _select(log_probs, batch.action)
+        log_rho = log_prob - batch.behaviour_log_prob
+        rho = jnp.exp(log_rho)
+
+        # vtrace works on [T, B]; the targets and advantages are constants of the loss.
+        out = vtrace(
+            v_tm1.T,
+            jax.lax.stop_gradient(v_t).T,
+            batch.reward.T,
+            batch.terminated.T,
+            batch.truncated.T,
+            jax.lax.stop_gradient(rho).T,
+            config.gamma,
+            config.vtrace_lambda,
+            config.clip_rho,
+            config.clip_pg_rho,
+        )
+        pg_advantage = jax.lax.stop_gradient(out.pg_advantage.T)
+        pg_loss = -jnp.mean(pg_advantage * log_prob)
+        baseline_loss = 0.5 * jnp.mean(jnp.square(out.errors))  # target already stopped
+        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        total = pg_loss + config.baseline_cost * baseline_loss - config.entropy_cost * entropy
+        metrics = {
+            "loss": total,
+            "pg_loss": pg_loss,
+            "baseline_loss": baseline_loss,
+            "entropy": entropy,
+            "mean_rho": jnp.mean(rho),
+            "clipped_rho_fraction": jnp.mean(rho > config.clip_rho),
+            "mean_value": jnp.mean(v_tm1),
+        }
+        return total, metrics
+
+    return Agent(init=init, act=act, prepare=prepare, loss=loss)
+
+
+def make_optimizer(config: IMPALAConfig, num_updates: int) -> optax.GradientTransformation:
+    """Global-norm clipping, then Adam or RMSProp; lr linearly annealed to 0 over the run."""
+    lr = config.lr
+    if config.anneal_lr:
+        lr = optax.linear_schedule(
+            config.lr,
+            0.0,
+            transition_steps=max(1, num_updates) * config.num_epochs * config.num_minibatches,
+        )
+    if config.optimizer == "adam":
+        opt = optax.adam(lr, eps=1e-8)
+    else:
+        opt = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps)
+    parts = [optax.clip_by_global_norm(config.max_grad_norm)] if config.max_grad_norm > 0 else []
+    return optax.chain(*parts, opt)
