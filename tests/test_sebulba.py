@@ -199,3 +199,16 @@ def test_config_errors():
         SebulbaConfig(envs_per_actor=3, learner_device_ids=(0, 1))
     with pytest.raises(ValueError, match=r"learner_device_ids has ids \[5\]"):
         sebulba(SebulbaConfig(learner_device_ids=(5,)))
+
+
+@pytest.mark.slow
+def test_sebulba_ppo_learns_envpool_cartpole():
+    from podracer.sebulba import train
+
+    config = SebulbaConfig(actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=32,
+                           rollout_len=32)
+    result = train("envpool:CartPole-v1", PPOConfig(lr=1e-3), config, seed=0,
+                   total_timesteps=500_000, devices=jax.devices()[:2])
+    print(result.summary)
+    assert result.summary["final_return"] >= 400.0
+    assert 0.0 <= result.summary["policy_lag_mean"] <= 2.0
