@@ -15,6 +15,7 @@ from podracer.config import ConfigError
 from podracer.core import make_rollout, reset_envs
 from podracer.host_envs.jax_env import JaxHostEnvironment
 from podracer.sebulba import SebulbaConfig, host_rollout, rollout_keys, run
+from podracer.sebulba.system import make_act
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
 
 
@@ -70,7 +71,7 @@ def test_anakin_rollout_equals_sebulba_actor():
     host_env = JaxHostEnvironment(env, num_envs)
     timestep = host_env.reset()
     _, sebulba_traj, stats = host_rollout(
-        host_env, jax.jit(agent.act), params, timestep, rollout_keys(key, T)
+        host_env, make_act(agent), params, timestep, rollout_keys(key, T)
     )
     assert jax.tree.structure(anakin_traj) == jax.tree.structure(sebulba_traj)
     for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(sebulba_traj), strict=True):
@@ -205,10 +206,39 @@ def test_config_errors():
 def test_sebulba_ppo_learns_envpool_cartpole():
     from podracer.sebulba import train
 
-    config = SebulbaConfig(actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=32,
-                           rollout_len=32)
-    result = train("envpool:CartPole-v1", PPOConfig(lr=1e-3), config, seed=0,
-                   total_timesteps=500_000, devices=jax.devices()[:2])
+    config = SebulbaConfig(
+        actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=32, rollout_len=32
+    )
+    result = train(
+        "envpool:CartPole-v1",
+        PPOConfig(lr=1e-3),
+        config,
+        seed=0,
+        total_timesteps=500_000,
+        devices=jax.devices()[:2],
+    )
     print(result.summary)
     assert result.summary["final_return"] >= 400.0
     assert 0.0 <= result.summary["policy_lag_mean"] <= 2.0
+
+
+def test_async_collector_keeps_each_env_sequence():
+    from podracer import host_envs
+    from podracer.sebulba.system import AsyncCollector, Timers
+
+    env = host_envs.make("envpool:CartPole-v1", num_envs=6, batch_size=3, seed=3)
+    agent, _ = build(PPOConfig(), 2, num_updates=1)
+    params = agent.init(jax.random.key(0), jnp.zeros(4))
+    collector = AsyncCollector(env, rollout_len=40)
+    act = make_act(agent)
+    for rollout in range(2):
+        traj, stats = collector.rollout(act, params, jax.random.key(rollout), Timers(), None)
+        assert traj.obs.shape == (40, 6, 4) and traj.behaviour.logits.shape == (40, 6, 2)
+        done = traj.terminated | traj.truncated
+        for i in range(6):
+            for t in range(39):  # within an episode the next obs is the bootstrap obs
+                same = np.array_equal(traj.bootstrap_obs[t, i], traj.obs[t + 1, i])
+                assert same == (not done[t, i])
+        assert stats.episodes == int(done.sum()) and stats.episodes > 0
+        assert stats.return_sum == stats.length_sum  # CartPole pays 1 per step
+    env.close()

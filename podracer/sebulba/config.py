@@ -45,6 +45,11 @@ class SebulbaConfig:
                 f"SebulbaConfig.async_batch_size={self.async_batch_size} is not allowed: it must "
                 f"be 0 (sync) or between 1 and envs_per_actor={self.envs_per_actor}"
             )
+        if self.async_batch_size and self.deterministic:
+            raise ConfigError(
+                f"SebulbaConfig.async_batch_size={self.async_batch_size} is not allowed with "
+                "deterministic=True: async mode's arrival order is not reproducible; use 0"
+            )
         if self.envs_per_actor % len(self.learner_device_ids):
             raise ConfigError(
                 f"SebulbaConfig.envs_per_actor={self.envs_per_actor} is not allowed: it must be a "

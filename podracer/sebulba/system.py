@@ -103,6 +103,73 @@ def host_rollout(
     return timestep, traj, RolloutStats(episodes, return_sum, length_sum)
 
 
+class AsyncCollector:
+    """Builds ``Trajectory [T, num_envs]`` from envpool's async mode (``recv`` gives a batch of
+    ``batch_size`` env ids, ``send`` answers them).
+
+    Each env keeps its own sequence: the transition of env ``i`` is complete when ``i`` comes
+    back from ``recv`` with the result of the action it was sent. When every env has ``T``
+    complete transitions, the first ``T`` of each form the trajectory (time-major, env order);
+    later ones wait for the next trajectory.
+    """
+
+    def __init__(self, env, rollout_len: int):
+        self.env = env
+        self.rollout_len = rollout_len
+        self.buffers: list[list] = [[] for _ in range(env.num_envs)]
+        self.pending: dict[int, tuple] = {}
+        self.calls = 0
+        env.async_reset()
+
+    def rollout(self, act, params, key, timers: Timers, device):
+        episodes, return_sum, length_sum = 0, 0.0, 0
+        while min(len(b) for b in self.buffers) < self.rollout_len:
+            start = time.perf_counter()
+            ts, env_ids = self.env.recv()
+            start = timers.add("env_step", start)
+            for j, i in enumerate(env_ids.tolist()):
+                if i in self.pending:
+                    obs, out = self.pending.pop(i)
+                    self.buffers[i].append(
+                        (obs, out, ts.reward[j], ts.terminated[j], ts.truncated[j], ts.final_obs[j])
+                    )
+            if ts.info is not None:
+                done = np.asarray(ts.info.done)
+                episodes += int(done.sum())
+                return_sum += float(np.asarray(ts.info.episode_return)[done].sum())
+                length_sum += int(np.asarray(ts.info.episode_length)[done].sum())
+            keys = jax.random.fold_in(key, self.calls)[None]
+            out = jax.device_get(act(params, jax.device_put(ts.obs, device), keys, 0))
+            self.calls += 1
+            start = timers.add("inference", start)
+            self.env.send(out.action, env_ids)
+            timers.add("env_step", start)
+            for j, i in enumerate(env_ids.tolist()):
+                self.pending[i] = (ts.obs[j], jax.tree.map(lambda x, j=j: x[j], out))
+        steps = [b[: self.rollout_len] for b in self.buffers]
+        self.buffers = [b[self.rollout_len :] for b in self.buffers]
+
+        def stack(field):  # [T, num_envs, ...]
+            return np.stack(
+                [np.stack([seq[t][field] for seq in steps]) for t in range(self.rollout_len)]
+            )
+
+        outs = [[seq[t][1] for seq in steps] for t in range(self.rollout_len)]
+        behaviour = jax.tree.map(
+            lambda *xs: np.asarray(xs).reshape(self.rollout_len, len(steps), *np.shape(xs[0])),
+            *[o for row in outs for o in row],
+        )
+        traj = Trajectory(
+            obs=stack(0),
+            reward=stack(2).astype(np.float32),
+            terminated=stack(3).astype(bool),
+            truncated=stack(4).astype(bool),
+            bootstrap_obs=stack(5),
+            behaviour=behaviour,
+        )
+        return traj, RolloutStats(episodes, return_sum, length_sum)
+
+
 def make_act(agent: Agent):
     """The actor's jitted step: ``act(params, obs, keys, t) = agent.act(params, obs, keys[t])``."""
     return jax.jit(lambda params, obs, keys, t: agent.act(params, obs, keys[t]))
@@ -213,7 +280,11 @@ def run(
         env = make_env(index)
         try:
             key = jax.device_put(jax.random.fold_in(jax.random.key(seed + 1), index), device)
-            timestep = env.reset()
+            is_async = env.batch_size < env.num_envs
+            if is_async:
+                collector = AsyncCollector(env, config.rollout_len)
+            else:
+                timestep = env.reset()
             rollout = 0
             while not lifetime.stopping:
                 start = time.perf_counter()
@@ -221,10 +292,14 @@ def run(
                 copies, version = slot.get(wanted)
                 params = copies[device]
                 timers.add("params_fetch", start)
-                keys = rollout_keys(jax.random.fold_in(key, rollout), config.rollout_len)
-                timestep, traj, stats = host_rollout(
-                    env, act, params, timestep, keys, timers, device
-                )
+                rollout_key = jax.random.fold_in(key, rollout)
+                if is_async:
+                    traj, stats = collector.rollout(act, params, rollout_key, timers, device)
+                else:
+                    keys = rollout_keys(rollout_key, config.rollout_len)
+                    timestep, traj, stats = host_rollout(
+                        env, act, params, timestep, keys, timers, device
+                    )
                 start = time.perf_counter()
                 traj = jax.device_put(traj, traj_sharding)
                 timers.add("place_on_learners", start)
