@@ -108,3 +108,31 @@ def test_help_lists_fields():
     assert proc.returncode == 0
     for flag in ("--agent.lr", "--agent.num-minibatches", "--arch.num-envs", "--total-timesteps"):
         assert flag in proc.stdout
+
+
+def test_sebulba_from_the_command_line():
+    proc = podracer(
+        "train",
+        "--arch",
+        "sebulba",
+        "--agent",
+        "ppo",
+        "--env",
+        "envpool:CartPole-v1",
+        "--total-timesteps",
+        "2048",
+        "--arch.envs-per-actor",
+        "8",
+        "--arch.rollout-len",
+        "32",
+        "--agent.num-minibatches",
+        "2",
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(summary) >= REQUIRED and summary["arch"] == "sebulba"
+    assert summary["total_steps"] == 2048 and summary["num_updates"] == 8
+    bad = podracer("train", "--arch", "sebulba", "--env", "envpool:Cartpole-v1", timeout=60)
+    assert bad.returncode == 2 and "envpool:CartPole-v1" in bad.stderr
+    assert "Traceback" not in bad.stderr
