@@ -15,6 +15,15 @@ import optax
 from podracer.types import Agent, Learner, LearnerState, Trajectory
 
 
+def _vma(x) -> frozenset:
+    """The mesh axes along which ``x`` varies inside ``shard_map`` (empty elsewhere)."""
+    aval = jax.typeof(x)
+    if hasattr(aval, "vma"):  # the attribute's name in earlier JAX releases
+        return frozenset(aval.vma)
+    manual = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(manual, "varying", ()))
+
+
 def make_learner(
     agent: Agent,
     optimizer: optax.GradientTransformation,
@@ -67,10 +76,26 @@ def make_learner(
             update_count=jnp.zeros((), jnp.int32),
         )
 
+    def local(params, batch):
+        """Params marked as varying over ``axis_name`` when the batch is (``shard_map`` with its
+        type check on): otherwise ``jax.grad`` with respect to replicated params already *sums*
+        the per-device gradients (the transpose of the implicit broadcast), and the ``pmean``
+        below would return D times the mean gradient. Marked, each device differentiates its
+        own loss and the ``pmean`` averages."""
+        leaves = jax.tree.leaves(batch)
+        if axis_name is None or not leaves or axis_name not in _vma(leaves[0]):
+            return params
+        return jax.tree.map(
+            lambda p: p if axis_name in _vma(p) else jax.lax.pcast(p, axis_name, to="varying"),
+            params,
+        )
+
     def sgd_step(carry, minibatch_and_key):
         params, opt_state = carry
         minibatch, key = minibatch_and_key
-        grads, metrics = jax.grad(agent.loss, has_aux=True)(params, minibatch, key)
+        grads, metrics = jax.grad(agent.loss, has_aux=True)(
+            local(params, minibatch), minibatch, key
+        )
         if axis_name is not None:  # one all-reduce of one flat vector, not one per leaf
             flat, unravel = jax.flatten_util.ravel_pytree(grads)
             grads = unravel(pmean(flat))
