@@ -242,3 +242,51 @@ def test_async_collector_keeps_each_env_sequence():
         assert stats.episodes == int(done.sum()) and stats.episodes > 0
         assert stats.return_sum == stats.length_sum  # CartPole pays 1 per step
     env.close()
+
+
+def test_atari_smoke_impala_breakout_two_actor_threads():
+    from podracer.agents.impala import IMPALAConfig
+    from podracer.sebulba import train
+
+    config = SebulbaConfig(
+        actor_device_ids=(0,),
+        learner_device_ids=(1,),
+        actors_per_device=2,
+        envs_per_actor=4,
+        rollout_len=8,
+    )
+    agent_config = IMPALAConfig(torso="nature_cnn", shared_torso=True)
+    result = train(
+        "envpool:Breakout-v5",
+        agent_config,
+        config,
+        seed=0,
+        total_timesteps=3 * config.steps_per_update,
+        devices=jax.devices()[:2],
+        env_options={"episodic_life": True, "reward_clip": True},
+    )
+    assert result.summary["num_updates"] == 3
+    assert np.isfinite(result.summary["params_checksum"])
+    assert len(result.summary["per_actor_sps"]) == 2
+    assert np.all(np.isfinite(result.history["loss"]))
+    assert not podracer_threads()
+
+
+@pytest.mark.slow
+def test_sebulba_impala_learns_envpool_cartpole():
+    from podracer.agents.impala import IMPALAConfig
+    from podracer.sebulba import train
+
+    config = SebulbaConfig(
+        actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=32, rollout_len=32
+    )
+    result = train(
+        "envpool:CartPole-v1",
+        IMPALAConfig(),
+        config,
+        seed=0,
+        total_timesteps=600_000,
+        devices=jax.devices()[:2],
+    )
+    print(result.summary)
+    assert result.summary["final_return"] >= 400.0

@@ -11,8 +11,11 @@ from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.system import SebulbaResult, run
 
 
-def env_factory(env_id: str, config: SebulbaConfig, seed: int) -> Callable[[int], Any]:
-    """``make_env(actor_index)`` for an id: ``envpool:<task>`` builds envpool environments;
+def env_factory(
+    env_id: str, config: SebulbaConfig, seed: int, env_options: dict[str, Any] | None = None
+) -> Callable[[int], Any]:
+    """``make_env(actor_index)`` for an id: ``envpool:<task>`` builds envpool environments
+    (``env_options``: envpool / Atari options, see :mod:`podracer.host_envs.envpool`);
     ``catch`` and ``gymnax:<name>`` run the JAX environment on the host CPU (for tests and
     comparisons with Anakin). Each actor gets its own seed."""
     from podracer import envs, host_envs
@@ -28,9 +31,12 @@ def env_factory(env_id: str, config: SebulbaConfig, seed: int) -> Callable[[int]
                 batch_size=batch_size,
                 seed=seed * 10_007 + actor + 1,
                 num_threads=config.env_threads,
+                **(env_options or {}),
             )
     else:
         envs.make(env_id)  # fail now, with the list of known ids
+        if env_options:
+            raise ValueError(f"env_options {sorted(env_options)} apply to envpool ids only")
         if config.async_batch_size:
             raise ValueError(
                 f"SebulbaConfig.async_batch_size={config.async_batch_size} needs an envpool "
@@ -55,11 +61,12 @@ def train(
     total_timesteps: int,
     devices: Sequence[jax.Device] | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    env_options: dict[str, Any] | None = None,
 ) -> SebulbaResult:
     """Builds the environments, the agent and its optimizer, and runs Sebulba."""
     from podracer import agents
 
-    make_env = env_factory(env_id, config, seed)
+    make_env = env_factory(env_id, config, seed, env_options)
     probe = make_env(-1)
     num_actions = probe.action_spec.num_actions
     probe.close()
