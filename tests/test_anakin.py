@@ -130,7 +130,7 @@ def test_ppo_learns_cartpole_on_two_devices(two_devices):
     result = train(
         "gymnax:CartPole-v1",
         PPOConfig(),
-        AnakinConfig(num_envs=8, num_seeds=1),
+        AnakinConfig(num_envs=4, num_seeds=1),  # 2 envs per device, the 1-device configuration
         seed=0,
         total_timesteps=500_000,
         devices=two_devices,

@@ -278,11 +278,11 @@ def test_sebulba_impala_learns_envpool_cartpole():
     from podracer.sebulba import train
 
     config = SebulbaConfig(
-        actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=32, rollout_len=32
+        actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=16, rollout_len=32
     )
     result = train(
         "envpool:CartPole-v1",
-        IMPALAConfig(),
+        IMPALAConfig(lr=2e-3),
         config,
         seed=0,
         total_timesteps=600_000,
