@@ -118,21 +118,11 @@ def train(argv: Sequence[str]) -> dict:
 
     progress = None if selectors.quiet else ConsoleProgress(selectors.total_timesteps)
     if selectors.arch == "sebulba":
-        from podracer import sebulba
-
-        result = sebulba.train(
-            selectors.env,
-            agent_config,
-            arch_config,
-            seed=selectors.seed,
-            total_timesteps=selectors.total_timesteps,
-            progress=progress,
-        )
-        result.summary["agent"] = selectors.agent
-        print(json.dumps(result.summary), flush=True)
-        return result.summary
-    envs.make(selectors.env)  # fail early, with the list of known ids
-    result = anakin.train(
+        from podracer.sebulba import train as train_loop
+    else:
+        envs.make(selectors.env)  # fail early, with the list of known ids
+        train_loop = anakin.train
+    result = train_loop(
         selectors.env,
         agent_config,
         arch_config,

@@ -28,10 +28,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from podracer.agents.policy import make_categorical_act, select
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.core.returns import vtrace
 from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic
-from podracer.types import ActorOutput, Agent, Trajectory
+from podracer.types import Agent, Trajectory
 
 OPTIMIZERS = ("adam", "rmsprop")
 
@@ -118,11 +119,6 @@ class IMPALABatch(NamedTuple):
     behaviour_log_prob: jax.Array  # f32 [B, T]: log mu(a_t | x_t)
 
 
-def _select(x, index):
-    """``x[..., index]`` through a one-hot product: its gradient is no scatter (slow on CPU)."""
-    return jnp.sum(x * jax.nn.one_hot(index, x.shape[-1], dtype=x.dtype), axis=-1)
-
-
 def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
     """IMPALA as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
     network = ActorCritic(
@@ -137,11 +133,7 @@ def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
     def init(key, example_obs):
         return network.init(key, example_obs[None])
 
-    def act(params, obs, key):
-        logits, value = network.apply(params, obs)
-        action = jax.random.categorical(key, logits)
-        log_prob = _select(jax.nn.log_softmax(logits), action)
-        return ActorOutput(action=action, log_prob=log_prob, value=value, logits=logits)
+    act = make_categorical_act(network)
 
     def prepare(params, traj: Trajectory, mean_fn):
         del params, mean_fn
@@ -170,7 +162,7 @@ def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
         logits, v_tm1 = unflat(logits), unflat(v_tm1)
         v_t = unflat(network.apply(params, flat(batch.bootstrap_obs), method=ActorCritic.value))
         log_probs = jax.nn.log_softmax(logits)
-        log_prob = _select(log_probs, batch.action)
+        log_prob = select(log_probs, batch.action)
         log_rho = log_prob - batch.behaviour_log_prob
         rho = jnp.exp(log_rho)
 

@@ -18,10 +18,11 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
+from podracer.agents.policy import make_categorical_act, select
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.core.returns import gae
 from podracer.networks import ACTIVATIONS, ActorCritic
-from podracer.types import ActorOutput, Agent, Trajectory
+from podracer.types import Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +83,6 @@ class PPOBatch(NamedTuple):
     target: jax.Array  # lambda-return, the value target
 
 
-def _select(x, index):
-    """``x[i, index[i]]`` through a one-hot product: its gradient is no scatter (slow on CPU)."""
-    return jnp.sum(x * jax.nn.one_hot(index, x.shape[-1], dtype=x.dtype), axis=-1)
-
-
 def make_agent(config: PPOConfig, num_actions: int) -> Agent:
     """PPO as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
     network = ActorCritic(
@@ -99,11 +95,7 @@ def make_agent(config: PPOConfig, num_actions: int) -> Agent:
     def init(key, example_obs):
         return network.init(key, example_obs[None])
 
-    def act(params, obs, key):
-        logits, value = network.apply(params, obs)
-        action = jax.random.categorical(key, logits)
-        log_prob = _select(jax.nn.log_softmax(logits), action)
-        return ActorOutput(action=action, log_prob=log_prob, value=value, logits=logits)
+    act = make_categorical_act(network)
 
     def prepare(params, traj: Trajectory, mean_fn):
         num_steps, num_envs = traj.reward.shape
@@ -139,7 +131,7 @@ def make_agent(config: PPOConfig, num_actions: int) -> Agent:
         del key
         logits, value = network.apply(params, batch.obs)
         log_probs = jax.nn.log_softmax(logits)
-        log_prob = _select(log_probs, batch.action)
+        log_prob = select(log_probs, batch.action)
         log_ratio = log_prob - batch.log_prob
         ratio = jnp.exp(log_ratio)
         pg_loss = rlax.clipped_surrogate_pg_loss(ratio, batch.advantage, config.clip_eps)
