@@ -290,3 +290,16 @@ def test_sebulba_impala_learns_envpool_cartpole():
     )
     print(result.summary)
     assert result.summary["final_return"] >= 400.0
+
+
+def test_ctrl_c_stops_every_thread():
+    import _thread
+
+    timer = threading.Timer(12.0, _thread.interrupt_main)  # Ctrl-C, usually mid-training
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sebulba(small(deterministic=False), total=10**9)
+    finally:
+        timer.cancel()
+    assert not podracer_threads()
