@@ -48,7 +48,6 @@ def env_factory(
                 envs.make(env_id), config.envs_per_actor, seed=seed * 10_007 + actor + 1
             )
 
-    make_env(-1).close()  # an unknown id or option fails here, in the caller's thread
     return make_env
 
 
@@ -67,7 +66,7 @@ def train(
     from podracer import agents
 
     make_env = env_factory(env_id, config, seed, env_options)
-    probe = make_env(-1)
+    probe = make_env(-1)  # an unknown id or option fails here, in the caller's thread
     num_actions = probe.action_spec.num_actions
     probe.close()
     num_updates = max(1, total_timesteps // config.steps_per_update)
