@@ -1,0 +1,199 @@
+"""The config reference, ``docs/config.md``, generated from the config dataclasses.
+
+Every field of every agent config (:data:`podracer.agents.AGENTS`) and of the loop configs
+(:class:`~podracer.anakin.AnakinConfig`, :class:`~podracer.sebulba.SebulbaConfig`) becomes a row:
+its command-line flag, type, default and help text. The help text is the field's attribute
+docstring — the string literal under the field in the class body, the same text tyro shows in
+``podracer train --help`` — read with :mod:`ast` from the class source.
+
+    python -m podracer.config_reference           # rewrite docs/config.md
+    python -m podracer.config_reference --check   # exit 1 when docs/config.md is stale
+    python -m podracer.config_reference --print   # write the Markdown to stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import itertools
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+COMMAND = "python -m podracer.config_reference"
+
+
+class ConfigSection(NamedTuple):
+    """One config dataclass and how the command line reaches it."""
+
+    title: str  # e.g. "--agent ppo"
+    cls: type
+    prefix: str  # "agent" or "arch": flags are --<prefix>.<field-in-kebab-case>
+    note: str  # extra Markdown under the title ("" for none)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a class's fields (its bases' first), from the class source.
+
+    A field's docstring is a string literal statement right after its annotated assignment::
+
+        clip_eps: float = 0.2
+        \"\"\"Clipping range of the probability ratio.\"\"\"
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or not dataclasses.is_dataclass(klass):
+            continue
+        body = _class_node(klass).body
+        for node, following in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def class_doc(cls: type) -> str:
+    """The docstring written in the class body ("" when none: not dataclasses' generated one)."""
+    return ast.get_docstring(_class_node(cls)) or ""
+
+
+def _class_node(cls: type) -> ast.ClassDef:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    node = tree.body[0]
+    assert isinstance(node, ast.ClassDef), cls
+    return node
+
+
+def flag(prefix: str, name: str) -> str:
+    """``flag("agent", "num_minibatches") == "--agent.num-minibatches"``."""
+    return f"--{prefix}.{name.replace('_', '-')}"
+
+
+def default_value(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def command_line_value(value: Any) -> str:
+    """A default as it is written on the command line: ``(64, 64)`` -> ``64 64``."""
+    if value is dataclasses.MISSING:
+        return "(required)"
+    if isinstance(value, tuple | list):
+        return " ".join(map(command_line_value, value)) if value else "(empty)"
+    return str(value)
+
+
+def type_name(field: dataclasses.Field) -> str:
+    annotation = field.type
+    if isinstance(annotation, str):  # from __future__ import annotations: as written
+        return annotation
+    return inspect.formatannotation(annotation)
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: one line, pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def sections() -> list[ConfigSection]:
+    """The documented configs, in a fixed order: agents as in AGENTS, then the loops."""
+    from podracer import agents
+    from podracer.anakin import AnakinConfig
+    from podracer.sebulba import SebulbaConfig
+
+    out = []
+    for name, entry in agents.AGENTS.items():
+        note = f"Default environment: `{entry.default_env}`."
+        if entry.arch_defaults:
+            flags = ", ".join(
+                f"`{flag('arch', k)} {command_line_value(v)}`"
+                for k, v in entry.arch_defaults.items()
+            )
+            note += f" With `--arch anakin` this agent changes the loop's defaults: {flags}."
+        out.append(ConfigSection(f"--agent {name}", entry.config_cls, "agent", note))
+    out.append(ConfigSection("--arch anakin", AnakinConfig, "arch", ""))
+    out.append(ConfigSection("--arch sebulba", SebulbaConfig, "arch", ""))
+    return out
+
+
+def render_section(section: ConfigSection) -> str:
+    cls = section.cls
+    lines = [f"## `{section.title}`: `{cls.__module__}.{cls.__qualname__}`", ""]
+    if class_doc(cls):
+        lines += [class_doc(cls), ""]
+    if section.note:
+        lines += [section.note, ""]
+    lines += ["| flag | type | default | help |", "|---|---|---|---|"]
+    docs = field_docs(cls)
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        row = (
+            f"`{flag(section.prefix, field.name)}`",
+            f"`{_cell(type_name(field))}`",
+            f"`{_cell(command_line_value(default_value(field)))}`",
+            _cell(docs.get(field.name, "")),
+        )
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render() -> str:
+    """The whole reference as Markdown; the same text for the same code."""
+    header = f"""# Config reference
+
+<!-- Generated by `{COMMAND}` from the config dataclasses; do not edit by hand. -->
+
+`podracer train --arch ARCH --agent AGENT [--env ENV] [--total-timesteps N] [--seed S]` chooses
+the configs below; every field is then a flag, `--agent.FIELD VALUE` for the agent's config and
+`--arch.FIELD VALUE` for the loop's (kebab-case as listed, or snake_case). Booleans take a value
+(`--agent.anneal-lr False`), tuples take their items separated by spaces
+(`--agent.hidden-sizes 128 128`). `podracer train --arch ARCH --agent AGENT --help` shows the
+same fields with the defaults of that combination.
+"""
+    body = "\n".join(render_section(s) for s in sections())
+    return header + "\n" + body
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=COMMAND, description="Generate docs/config.md from the config dataclasses."
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
+    mode.add_argument("--print", action="store_true", help="write the Markdown to stdout")
+    parser.add_argument("--out", type=Path, default=DOC_PATH, help="the file to write or check")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.print:
+        sys.stdout.write(text)
+        return 0
+    if args.check:
+        current = args.out.read_text() if args.out.is_file() else None
+        if current != text:
+            print(f"{args.out} is stale: regenerate it with `{COMMAND}`", file=sys.stderr)
+            return 1
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(args.out)
+    return 0
+
+
+__all__ = ["ConfigSection", "class_doc", "field_docs", "flag", "main", "render", "sections"]
+
+if __name__ == "__main__":
+    sys.exit(main())
