@@ -22,7 +22,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +30,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from podracer.config import ConfigError, check_positive
-from podracer.core.learner import make_learner
+from podracer.core.learner import choose_unroll, make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
 from podracer.parallel import DATA_AXIS, data_mesh
@@ -51,8 +51,9 @@ class AnakinConfig:
     """Updates per call of the compiled step (0: about 20 calls per run)."""
     rollout_unroll: int = 1
     """``unroll`` of the rollout's time scan (1 measured fastest on XLA:CPU, see benchmarks)."""
-    learner_unroll: int = 1
-    """``unroll`` of the learner's minibatch scan."""
+    learner_unroll: int = 0
+    """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
+    image torsos on CPU, loops elsewhere)."""
 
     def __post_init__(self):
         check_positive(self, "num_envs", "rollout_len", "num_seeds")
@@ -61,7 +62,12 @@ class AnakinConfig:
                 f"AnakinConfig.updates_per_call={self.updates_per_call} is not allowed: "
                 "it must be >= 0 (0 chooses it from the run length)"
             )
-        check_positive(self, "rollout_unroll", "learner_unroll")
+        check_positive(self, "rollout_unroll")
+        if self.learner_unroll < 0:
+            raise ConfigError(
+                f"AnakinConfig.learner_unroll={self.learner_unroll} is not allowed: it must be "
+                ">= 0 (0 chooses it from the backend and the torso)"
+            )
 
     @property
     def steps_per_update(self) -> int:
@@ -112,11 +118,14 @@ def make_anakin(
     updates_per_call: int = 1,
     devices: Sequence[jax.Device] | None = None,
     env_params: Any = None,
+    learner_unroll: int | bool | None = None,
 ) -> Anakin:
     """Builds the Anakin system for ``env`` (an on-device :class:`~podracer.types.Environment`).
 
     The environment is wrapped in :class:`~podracer.envs.EpisodeStatistics` for the episode
-    metrics. ``devices`` defaults to every device of every process.
+    metrics. ``devices`` defaults to every device of every process. ``learner_unroll`` (default:
+    ``config.learner_unroll``, 0 meaning 1) is the learner's ``unroll``; :func:`build` chooses it
+    with :func:`~podracer.core.learner.choose_unroll`.
     """
     mesh = data_mesh(devices)
     num_devices = mesh.devices.size
@@ -133,7 +142,7 @@ def make_anakin(
         num_epochs=num_epochs,
         num_minibatches=num_minibatches,
         axis_name=DATA_AXIS,
-        unroll=config.learner_unroll,
+        unroll=learner_unroll if learner_unroll is not None else (config.learner_unroll or 1),
     )
     rollout = make_rollout(env, agent.act, config.rollout_len, unroll=config.rollout_unroll)
     example_obs = jnp.zeros(env.observation_spec.shape, env.observation_spec.dtype)
@@ -223,7 +232,32 @@ class RunResult(NamedTuple):
 
     summary: dict[str, Any]
     state: AnakinState
-    history: dict[str, np.ndarray]  # per-update metrics [S, num_updates]
+    history: dict[str, np.ndarray]  # per-update metrics [S, updates run by this call of run()]
+
+
+class RunHooks(Protocol):
+    """Host work between calls of the compiled step (checkpoints, evaluation).
+
+    ``interval`` (updates; 0 for none) makes calls end at its multiples, so that a hook acting
+    every ``interval`` updates sees exactly those states and a run resumed from one of them calls
+    the same compiled programs as a run that never stopped.
+    """
+
+    interval: int
+
+    def after_call(self, state: AnakinState, updates: int, last: bool) -> None: ...
+
+    def interrupted(self, state: AnakinState, updates: int) -> None: ...
+
+
+def call_schedule(start: int, num_updates: int, k: int, interval: int = 0) -> list[int]:
+    """Updates per call from update ``start`` to ``num_updates``: calls end at multiples of
+    ``k`` and of ``interval`` (counted from update 0, whatever ``start``), and at the end."""
+    ends = set(range(k, num_updates, k)) | {num_updates}
+    if interval:
+        ends |= set(range(interval, num_updates, interval))
+    ends = sorted(e for e in ends if e > start)
+    return [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
 
 
 def run(
@@ -233,38 +267,60 @@ def run(
     total_timesteps: int,
     progress: Callable[[dict[str, Any]], None] | None = None,
     state: AnakinState | None = None,
+    start_update: int = 0,
+    hooks: RunHooks | None = None,
 ) -> RunResult:
     """The host loop: call the compiled step until ``total_timesteps`` steps per seed.
 
     The number of updates is ``total_timesteps // (num_envs * rollout_len)`` (at least one).
-    ``progress`` receives a dict (steps, sps, episode return, ...) after every call. Host work on
-    the metrics of one call overlaps the next call on the devices.
+    ``progress`` receives a ``"train"`` record (:mod:`podracer.logging`) after every call. Host
+    work on the metrics of one call overlaps the next call on the devices. A resumed run passes
+    its restored ``state`` and the updates it had done as ``start_update``. Ctrl-C gives the
+    last state to ``hooks.interrupted`` (a checkpoint) before the ``KeyboardInterrupt`` goes on.
     """
     config = system.config
     num_updates = max(1, total_timesteps // config.steps_per_update)
+    if not 0 <= start_update < num_updates:
+        raise ValueError(
+            f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
+            f"of {config.steps_per_update} steps (total_timesteps={total_timesteps})"
+        )
     k = config.updates_per_call or choose_updates_per_call(num_updates)
     k = min(k, num_updates)
-    num_calls, remainder = divmod(num_updates, k)
+    interval = hooks.interval if hooks is not None else 0
+    if interval:  # calls of one length where the interval allows
+        k = max(d for d in range(1, min(k, interval) + 1) if interval % d == 0)
+    schedule = call_schedule(start_update, num_updates, k, interval)
 
     if state is None:
         state = system.init(seed)
     t0 = time.perf_counter()
-    step = _compiled(system, k, state)
-    last_step = _compiled(system, remainder, state) if remainder else None
+    steps = {n: _compiled(system, n, state) for n in sorted(set(schedule))}
     compile_s = time.perf_counter() - t0
 
     chunks: list[UpdateMetrics] = []
     start = time.perf_counter()
     pending = None
-    done_updates = 0
-    calls = [step] * num_calls + ([last_step] if last_step is not None else [])
-    for call in calls:
-        state, metrics = call(state)
-        if pending is not None:
-            chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
-        pending = metrics
-        done_updates += k if call is step else remainder
-    chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
+    done_updates = start_update
+
+    def report(metrics):
+        return _report(metrics, done_updates, num_updates, start, start_update, config, progress)
+
+    try:
+        for n in schedule:
+            new_state, metrics = steps[n](state)
+            state = new_state
+            if pending is not None:
+                chunks.append(report(pending))
+            pending = metrics
+            done_updates += n
+            if hooks is not None:
+                hooks.after_call(state, done_updates, done_updates == num_updates)
+    except KeyboardInterrupt:
+        if hooks is not None and not _deleted(state):
+            hooks.interrupted(state, done_updates)
+        raise
+    chunks.append(report(pending))
     jax.block_until_ready(state)
     elapsed = time.perf_counter() - start
 
@@ -276,12 +332,14 @@ def run(
     for name in chunks[0].learner:
         history[name] = np.concatenate([c.learner[name] for c in chunks], axis=1)
     total_steps = num_updates * config.steps_per_update
-    per_seed_final = final_returns(history, config.steps_per_update, total_steps)
+    run_steps = (num_updates - start_update) * config.steps_per_update
+    per_seed_final = final_returns(history, config.steps_per_update, run_steps)
     summary = {
         "total_steps": total_steps,
         "num_seeds": config.num_seeds,
         "num_updates": num_updates,
-        "sps": total_steps * config.num_seeds / elapsed,
+        "start_update": start_update,
+        "sps": run_steps * config.num_seeds / elapsed,
         "compile_s": compile_s,
         "run_s": elapsed,
         "final_return": _nanmean_or_none(per_seed_final),
@@ -289,6 +347,10 @@ def run(
         "params_checksum": params_checksum(state.learner.params),
     }
     return RunResult(summary, state, history)
+
+
+def _deleted(state) -> bool:
+    return any(x.is_deleted() for x in jax.tree.leaves(state) if isinstance(x, jax.Array))
 
 
 def _compiled(system: Anakin, k: int, state: AnakinState):
@@ -321,25 +383,38 @@ def _nanmean_or_none(x) -> float | None:
     return None if np.all(np.isnan(x)) else float(np.nanmean(x))
 
 
-def _report(metrics, done_updates, num_updates, start, config, progress) -> UpdateMetrics:
+def _report(metrics, done_updates, num_updates, start, start_update, config, progress):
     metrics = jax.device_get(metrics)
     if progress is not None:
-        episodes = metrics.episodes.sum()
-        elapsed = time.perf_counter() - start
-        steps = done_updates * config.steps_per_update
-        progress(
-            {
-                "steps": steps,
-                "updates": done_updates,
-                "fraction": done_updates / num_updates,
-                "sps": steps * config.num_seeds / max(elapsed, 1e-9),
-                "episode_return": float(metrics.return_sum.sum() / episodes) if episodes else None,
-                "episodes": int(episodes),
-                "elapsed_s": elapsed,
-                **{k: float(np.mean(v)) for k, v in metrics.learner.items()},
-            }
-        )
+        progress(train_record(metrics, done_updates, num_updates, start, start_update, config))
     return metrics
+
+
+def train_record(
+    metrics: UpdateMetrics, done_updates, num_updates, start, start_update, config
+) -> dict:
+    """The ``"train"`` record (:mod:`podracer.logging`) of one call's metrics ``[S, K]``."""
+    episodes = metrics.episodes.sum(axis=1)
+    returns = metrics.return_sum.sum(axis=1)
+    per_member = [float(r / n) if n else None for r, n in zip(returns, episodes, strict=True)]
+    elapsed = time.perf_counter() - start
+    step = done_updates * config.steps_per_update
+    total = episodes.sum()
+    return {
+        "kind": "train",
+        "step": step,
+        "updates": done_updates,
+        "fraction": done_updates / num_updates,
+        "sps": (done_updates - start_update)
+        * config.steps_per_update
+        * config.num_seeds
+        / max(elapsed, 1e-9),
+        "elapsed_s": elapsed,
+        "episode_return": float(returns.sum() / total) if total else None,
+        "episode_returns": per_member,
+        "episodes": int(total),
+        **{k: float(np.mean(v)) for k, v in metrics.learner.items()},
+    }
 
 
 def build(
@@ -366,6 +441,7 @@ def build(
         num_epochs=agent_config.num_epochs,
         num_minibatches=agent_config.num_minibatches,
         devices=devices,
+        learner_unroll=choose_unroll(agent_config, devices, config.learner_unroll),
     )
 
 
@@ -378,9 +454,13 @@ def train(
     total_timesteps: int,
     devices: Sequence[jax.Device] | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    **run_options: Any,
 ) -> RunResult:
-    """Builds the system (:func:`build`) and runs it (:func:`run`) for ``total_timesteps``."""
+    """Builds the system (:func:`build`) and runs it (:func:`run`) for ``total_timesteps``;
+    ``run_options`` (``state``, ``start_update``, ``hooks``) go to :func:`run`."""
     system = build(env_id, agent_config, config, total_timesteps=total_timesteps, devices=devices)
-    result = run(system, seed=seed, total_timesteps=total_timesteps, progress=progress)
+    result = run(
+        system, seed=seed, total_timesteps=total_timesteps, progress=progress, **run_options
+    )
     result.summary.update(env=env_id, arch="anakin", seed=seed, devices=system.mesh.devices.size)
     return result

@@ -1,7 +1,9 @@
 """The ``podracer`` command line.
 
-``podracer train --arch anakin --agent ppo --env gymnax:CartPole-v1 --total-timesteps 500000
---seed 0 [--agent.FIELD VALUE ...] [--arch.FIELD VALUE ...]``
+``podracer train --arch {anakin,sebulba} --agent NAME --env ID [--total-timesteps N] [--seed S]
+[--run-dir DIR] [--config FILE] [--agent.FIELD VALUE ...] [--arch.FIELD VALUE ...]``,
+``podracer train --resume DIR [--total-timesteps N]``, ``podracer eval DIR [--episodes N]`` and
+``podracer plot DIR... --out FILE.png``.
 
 Parsing has two stages: the selectors (``--arch``, ``--agent``, ``--env``, run length, seed) are
 read first; they choose the config dataclasses, whose every field tyro then exposes as
@@ -20,11 +22,14 @@ from collections.abc import Sequence
 TOP_USAGE = """usage: podracer COMMAND [ARGS]
 
 commands:
-  train    train an agent (podracer train --help)
+  train    train an agent, or resume a run (podracer train --help)
+  eval     evaluate a saved run's checkpoint (podracer eval --help)
+  plot     learning curves from run directories (podracer plot --help)
 """
 
 ARCHS = ("anakin", "sebulba")
 SEBULBA_DEFAULT_ENV = "envpool:CartPole-v1"
+SELECTORS = ("arch", "agent", "env", "seed", "total_timesteps")
 
 
 class CLIError(Exception):
@@ -32,37 +37,97 @@ class CLIError(Exception):
 
 
 def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
+    from podracer.runs import RunOptions
+
+    defaults = RunOptions()
     parser = argparse.ArgumentParser(
         prog="podracer train",
         add_help=False,
         allow_abbrev=False,
         description="Train an agent. Every config field is a flag: --agent.FIELD, --arch.FIELD.",
     )
-    parser.add_argument("--arch", default="anakin", help=f"the loop: {', '.join(ARCHS)}")
-    parser.add_argument("--agent", default="ppo", help=f"the agent: {', '.join(agent_names)}")
+    parser.add_argument("--arch", default=None, help=f"the loop: {', '.join(ARCHS)} (anakin)")
+    parser.add_argument("--agent", default=None, help=f"the agent: {', '.join(agent_names)} (ppo)")
     parser.add_argument("--env", default=None, help="environment id (default: the agent's own)")
     parser.add_argument(
         "--total-timesteps",
         "--total_timesteps",
         type=int,
-        default=500_000,
-        help="environment steps per seed",
+        default=None,
+        help="environment steps per seed (500000)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="run seed (seeds seed..seed+N-1)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--seed", type=int, default=None, help="run seed (seeds seed..seed+N-1)")
+    parser.add_argument("--config", help="a YAML or JSON file with any keys of config.json")
+    parser.add_argument(
+        "--run-dir", "--run_dir", help="run directory (default runs/<env>-<agent>-<arch>-<time>)"
+    )
+    parser.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
+    parser.add_argument(
+        "--resume-step", "--resume_step", type=int, help="the checkpoint to resume (latest)"
+    )
+    for name, help_text in (
+        ("checkpoint_interval", "updates between checkpoints (0: at the end and on Ctrl-C)"),
+        ("keep_checkpoints", "checkpoints kept (the latest, plus the best by eval return)"),
+        ("eval_interval", "updates between evaluations (0: none)"),
+        ("eval_episodes", "episodes per evaluation and seed"),
+    ):
+        flag = name.replace("_", "-")
+        parser.add_argument(
+            f"--{flag}",
+            f"--{name}",
+            dest=name,
+            type=int,
+            default=None,
+            help=f"{help_text} ({getattr(defaults, name)})",
+        )
+    parser.add_argument("--eval-stochastic", action="store_true", help="sample when evaluating")
+    parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard events")
+    parser.add_argument("--wandb", action="store_true", help="log to wandb too (offline)")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     return parser
 
 
+def _options(selectors, base) -> object:
+    from podracer.runs import RunOptions
+
+    values = dataclasses.asdict(base)
+    for name in ("checkpoint_interval", "keep_checkpoints", "eval_interval", "eval_episodes"):
+        if getattr(selectors, name) is not None:
+            values[name] = getattr(selectors, name)
+    if selectors.eval_stochastic:
+        values["eval_greedy"] = False
+    if selectors.no_tensorboard:
+        values["tensorboard"] = False
+    if selectors.wandb:
+        values["wandb"] = True
+    return RunOptions(**values)
+
+
 def parse_train_args(argv: Sequence[str]):
-    """``(selectors, agent_config, arch_config)`` from a ``podracer train`` command line."""
+    """``(selectors, agent_config, arch_config)`` from a ``podracer train`` command line.
+
+    Values come from, in increasing priority: the defaults, ``--config FILE``, the flags.
+    ``selectors.options`` is the resolved :class:`~podracer.runs.RunOptions`.
+    """
     import tyro
 
     from podracer import agents
-    from podracer.anakin import AnakinConfig
+    from podracer.runs import RunOptions, arch_config_cls, dataclass_from_dict, load_config_file
 
     parser = _selector_parser(list(agents.AGENTS))
     selectors, rest = parser.parse_known_args(list(argv))
+    file = load_config_file(selectors.config) if selectors.config else {}
+    where = f"--config={selectors.config}"
+    unknown = sorted(set(file) - {*SELECTORS, "agent_config", "arch_config", "options"})
+    if unknown:
+        raise CLIError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; the keys are "
+            f"{', '.join(SELECTORS)}, agent_config, arch_config, options"
+        )
+    for name, default in zip(SELECTORS, ("anakin", "ppo", None, 0, 500_000), strict=True):
+        if getattr(selectors, name) is None:
+            setattr(selectors, name, file.get(name, default))
     if selectors.arch not in ARCHS:
         raise CLIError(
             f"--arch={selectors.arch!r} is not allowed: choose one of {', '.join(ARCHS)}"
@@ -78,22 +143,23 @@ def parse_train_args(argv: Sequence[str]):
     entry = agents.AGENTS[selectors.agent]
     if selectors.env is None:
         selectors.env = entry.default_env if selectors.arch == "anakin" else SEBULBA_DEFAULT_ENV
-    if selectors.arch == "anakin":
-        arch_cls, arch_defaults = AnakinConfig, entry.arch_defaults
-    else:
-        from podracer.sebulba import SebulbaConfig
-
-        arch_cls, arch_defaults = SebulbaConfig, {}
+    arch_cls = arch_config_cls(selectors.arch)
+    arch_defaults = entry.arch_defaults if selectors.arch == "anakin" else {}
+    agent_default = dataclass_from_dict(
+        entry.config_cls, file.get("agent_config", {}), f"{where}: agent_config"
+    )
+    arch_default = dataclass_from_dict(
+        arch_cls, {**arch_defaults, **file.get("arch_config", {})}, f"{where}: arch_config"
+    )
+    selectors.options = _options(
+        selectors, dataclass_from_dict(RunOptions, file.get("options", {}), f"{where}: options")
+    )
 
     spec = dataclasses.make_dataclass(
         "TrainConfig",
         [
-            ("agent", entry.config_cls, dataclasses.field(default_factory=entry.config_cls)),
-            (
-                "arch",
-                arch_cls,
-                dataclasses.field(default_factory=lambda: arch_cls(**arch_defaults)),
-            ),
+            ("agent", entry.config_cls, dataclasses.field(default=agent_default)),
+            ("arch", arch_cls, dataclasses.field(default=arch_default)),
         ],
         frozen=True,
     )
@@ -111,31 +177,99 @@ def parse_train_args(argv: Sequence[str]):
     return selectors, parsed.agent, parsed.arch
 
 
-def train(argv: Sequence[str]) -> dict:
-    selectors, agent_config, arch_config = parse_train_args(argv)
-    from podracer import anakin, envs
-    from podracer.logging import ConsoleProgress
+def _resume_spec(argv: Sequence[str]):
+    """``(selectors, spec, run_dir)`` for ``podracer train --resume DIR [--total-timesteps N]``."""
+    from podracer import agents
+    from podracer.runs import load_spec
 
-    progress = None if selectors.quiet else ConsoleProgress(selectors.total_timesteps)
-    if selectors.arch == "sebulba":
-        from podracer.sebulba import train as train_loop
+    parser = _selector_parser(list(agents.AGENTS))
+    selectors, rest = parser.parse_known_args(list(argv))
+    allowed = {"resume", "resume_step", "total_timesteps", "quiet"}
+    given = {
+        name
+        for name, value in vars(selectors).items()
+        if value not in (None, False) and name not in allowed
+    }
+    if rest or given:
+        extra = rest or [f"--{name.replace('_', '-')}" for name in sorted(given)]
+        raise CLIError(
+            f"--resume takes only --total-timesteps, --resume-step and --quiet, not {extra[0]}: "
+            "a resumed run keeps its config.json"
+        )
+    spec = load_spec(selectors.resume)
+    if selectors.total_timesteps is not None:
+        if selectors.total_timesteps <= 0:
+            raise CLIError(
+                f"--total-timesteps={selectors.total_timesteps} is not allowed: it must be > 0"
+            )
+        spec = dataclasses.replace(spec, total_timesteps=selectors.total_timesteps)
+    return selectors, spec, selectors.resume
+
+
+def train(argv: Sequence[str]) -> dict:
+    from podracer import envs, runs
+
+    if any(a == "--resume" or a.startswith("--resume=") for a in argv):
+        selectors, spec, run_dir = _resume_spec(argv)
+        if spec.total_timesteps != runs.load_spec(run_dir).total_timesteps:
+            runs.save_spec(run_dir, spec)  # the run's new length
+        resume = True
     else:
-        envs.make(selectors.env)  # fail early, with the list of known ids
-        train_loop = anakin.train
-    result = train_loop(
-        selectors.env,
-        agent_config,
-        arch_config,
-        seed=selectors.seed,
-        total_timesteps=selectors.total_timesteps,
-        progress=progress,
+        selectors, agent_config, arch_config = parse_train_args(argv)
+        if selectors.arch == "anakin":
+            envs.make(selectors.env)  # fail early, with the list of known ids
+        spec = runs.RunSpec(
+            arch=selectors.arch,
+            agent=selectors.agent,
+            env=selectors.env,
+            seed=selectors.seed,
+            total_timesteps=selectors.total_timesteps,
+            agent_config=agent_config,
+            arch_config=arch_config,
+            options=selectors.options,
+        )
+        run_dir = selectors.run_dir or runs.default_run_dir(spec)
+        resume = False
+    try:
+        summary = runs.train(
+            spec,
+            run_dir,
+            resume=resume,
+            resume_step=selectors.resume_step,
+            console=not selectors.quiet,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"podracer: interrupted; the last state is saved: podracer train --resume {run_dir}",
+            file=sys.stderr,
+        )
+        raise
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+def evaluate(argv: Sequence[str]) -> dict:
+    parser = argparse.ArgumentParser(
+        prog="podracer eval", description="Evaluate a saved run's checkpoint."
     )
-    result.summary["agent"] = selectors.agent
-    print(json.dumps(result.summary), flush=True)
-    return result.summary
+    parser.add_argument("run_dir", help="a run directory (podracer train --run-dir)")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes (per seed)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions (not greedy)")
+    parser.add_argument("--step", type=int, help="the checkpoint to evaluate (the latest)")
+    args = parser.parse_args(list(argv))
+    if args.episodes < 1:
+        raise CLIError(f"--episodes={args.episodes} is not allowed: it must be >= 1")
+    from podracer.runs import evaluate_run
+
+    result = evaluate_run(
+        args.run_dir, episodes=args.episodes, greedy=not args.stochastic, step=args.step
+    )
+    print(json.dumps(result), flush=True)
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from podracer.checkpoint import CheckpointError
     from podracer.config import ConfigError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -147,10 +281,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "train":
             train(rest)
             return 0
-        raise CLIError(f"unknown command {command!r}: choose one of train")
-    except (CLIError, ConfigError) as error:
+        if command == "eval":
+            evaluate(rest)
+            return 0
+        if command == "plot":
+            from podracer import plotting
+
+            return plotting.main(rest)
+        raise CLIError(f"unknown command {command!r}: choose one of train, eval, plot")
+    except (CLIError, ConfigError, CheckpointError) as error:
         print(f"podracer: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     except ValueError as error:  # an unknown environment id, a size that does not divide, ...
         message = str(error).splitlines()[0]  # without the notes JAX appends when tracing
         print(f"podracer: error: {message}", file=sys.stderr)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 
-class ConfigError(ValueError):
+class ConfigError(Exception):
     """A config field holds a value that is not allowed."""
 
 

@@ -1,33 +1,249 @@
-"""Console progress (host side). Progress goes to stderr; stdout keeps the final JSON line."""
+"""Logging at the edges: one :class:`Logger` with pluggable backends.
+
+Records are flat dicts of numbers (and per-member lists). Two kinds go through a logger:
+
+- ``{"kind": "train", "step", "updates", "elapsed_s", "sps", "episode_return", "episode_returns",
+  <learner metrics>...}`` after every call of the compiled step (Anakin) or every update (Sebulba);
+- ``{"kind": "eval", "step", "eval_return", "eval_return_std", "eval_returns", "episodes"}`` after
+  every periodic evaluation.
+
+``step`` counts environment steps of one member (seed); ``episode_return`` is the mean over
+members, ``episode_returns`` the per-member values (``None`` where a member finished no episode).
+Backends: the console (a live rich progress bar on a terminal, plain lines elsewhere), JSONL
+(``metrics.jsonl``), TensorBoard (tensorboardX) and Weights & Biases (optional, offline unless
+asked). Only process 0 of a multi-process run writes (:func:`is_main_process`).
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from rich.console import Console
 
 
-class ConsoleProgress:
-    """Prints one progress line at most every ``interval_s`` seconds (and always the last)."""
+class Backend(Protocol):
+    def write(self, record: dict[str, Any]) -> None: ...
 
-    def __init__(self, total_steps: int, interval_s: float = 1.0, console: Console | None = None):
+    def close(self) -> None: ...
+
+
+def is_main_process() -> bool:
+    """True in process 0 of a multi-process run (and in a single-process run)."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The record's finite scalar numbers (lists, strings and None left out)."""
+    out = {}
+    for name, value in record.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value):
+            out[name] = float(value)
+    return out
+
+
+class ConsoleProgress:
+    """Training progress on stderr (stdout keeps the final JSON line).
+
+    On a terminal: a live rich progress bar with steps, SPS, episode return and ETA. Elsewhere (a
+    pipe, a CI log): one plain line at most every ``interval_s`` seconds, and always the last.
+    Evaluation records print one line each.
+    """
+
+    def __init__(
+        self,
+        total_steps: int,
+        interval_s: float = 1.0,
+        console: Console | None = None,
+        live: bool | None = None,
+    ):
         self.total_steps = total_steps
         self.interval_s = interval_s
         self.console = console or Console(stderr=True, highlight=False)
+        self.live = self.console.is_terminal if live is None else live
         self._last = -float("inf")
+        self._bar = None
+        self._task = None
 
     def __call__(self, record: dict[str, Any]) -> None:
-        now = time.monotonic()
-        final = record.get("fraction", 0.0) >= 1.0 or record["steps"] >= self.total_steps
-        if not final and now - self._last < self.interval_s:
+        self.write(record)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if record.get("kind") == "eval":
+            self.console.print(
+                f"[bold]eval[/] steps {record['step']:>11,}  return "
+                f"{record['eval_return']:8.2f} ± {record.get('eval_return_std', 0.0):.2f} "
+                f"({record.get('episodes', '?')} episodes)"
+            )
             return
-        self._last = now
+        steps = record.get("step", record.get("steps", 0))
+        fraction = record.get("fraction", steps / max(self.total_steps, 1))
         ret = record.get("episode_return")
         ret_text = "   n/a" if ret is None else f"{ret:8.2f}"
-        pct = 100.0 * record.get("fraction", record["steps"] / max(self.total_steps, 1))
+        if self.live:
+            self._update_bar(steps, record["sps"], ret_text)
+            return
+        now = time.monotonic()
+        if fraction < 1.0 and now - self._last < self.interval_s:
+            return
+        self._last = now
         self.console.print(
-            f"[bold]steps[/] {record['steps']:>11,} ({pct:5.1f}%)  "
+            f"[bold]steps[/] {steps:>11,} ({100.0 * fraction:5.1f}%)  "
             f"[bold]sps[/] {record['sps']:>11,.0f}  [bold]return[/] {ret_text}  "
             f"[bold]loss[/] {record.get('loss', float('nan')):.4f}"
         )
+
+    def _update_bar(self, steps: int, sps: float, ret_text: str) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        if self._bar is None:
+            self._bar = Progress(
+                TextColumn("[bold]steps"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("sps {task.fields[sps]:>10,.0f}  return {task.fields[ret]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self._task = self._bar.add_task("train", total=self.total_steps, sps=0.0, ret="n/a")
+            self._bar.start()
+        self._bar.update(self._task, completed=steps, sps=sps, ret=ret_text)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+class JsonlWriter:
+    """One JSON object per line, flushed after every record (a run killed loses nothing)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, allow_nan=False, default=_json_default) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _json_default(value):
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+class TensorBoardWriter:
+    """Every scalar of a record as ``<kind>/<name>`` at the record's ``step``."""
+
+    def __init__(self, logdir: str):
+        from tensorboardX import SummaryWriter
+
+        self._writer = SummaryWriter(logdir)
+
+    def write(self, record: dict[str, Any]) -> None:
+        kind = record.get("kind", "train")
+        step = int(record.get("step", 0))
+        for name, value in _scalars(record).items():
+            if name != "step":
+                self._writer.add_scalar(f"{kind}/{name}", value, step)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbWriter:
+    """Weights & Biases (``pip install podracer[wandb]``); offline unless ``online``."""
+
+    def __init__(self, run_dir: str, config: dict[str, Any], online: bool = False, **kwargs):
+        try:
+            import wandb
+        except ImportError as error:
+            raise ImportError(
+                "the wandb logger needs the wandb package: pip install 'podracer[wandb]'"
+            ) from error
+        self._run = wandb.init(
+            dir=run_dir, config=config, mode="online" if online else "offline", **kwargs
+        )
+
+    def write(self, record: dict[str, Any]) -> None:
+        kind = record.get("kind", "train")
+        scalars = {f"{kind}/{k}": v for k, v in _scalars(record).items() if k != "step"}
+        self._run.log(scalars, step=int(record.get("step", 0)))
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class Logger:
+    """Sends every record to every backend; only process 0 writes anything.
+
+    A logger is also the ``progress`` callable the loops take: ``logger(record)``.
+    """
+
+    def __init__(self, backends: Sequence[Backend]):
+        self.backends = list(backends) if is_main_process() else []
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.log(record)
+
+    def log(self, record: dict[str, Any]) -> None:
+        record = {"kind": "train", **record}
+        for backend in self.backends:
+            backend.write(record)
+
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.close()
+
+    def __enter__(self) -> Logger:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_logger(
+    run_dir: str | None,
+    total_steps: int,
+    *,
+    console: bool = True,
+    tensorboard: bool = True,
+    wandb: bool = False,
+    wandb_online: bool = False,
+    config: dict[str, Any] | None = None,
+) -> Logger:
+    """The standard logger: console progress, and with a run directory ``metrics.jsonl`` and
+    TensorBoard events (``tb/``) in it, plus wandb when asked."""
+    backends: list[Backend] = []
+    if console:
+        backends.append(ConsoleProgress(total_steps))
+    if run_dir is not None and is_main_process():
+        os.makedirs(run_dir, exist_ok=True)
+        backends.append(JsonlWriter(os.path.join(run_dir, "metrics.jsonl")))
+        if tensorboard:
+            backends.append(TensorBoardWriter(os.path.join(run_dir, "tb")))
+        if wandb:
+            backends.append(WandbWriter(run_dir, config or {}, online=wandb_online))
+    return Logger(backends)

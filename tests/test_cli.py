@@ -23,9 +23,11 @@ def podracer(*args, timeout=240):
     )
 
 
-def test_train_prints_progress_and_a_final_json_line():
+def test_train_prints_progress_and_a_final_json_line(tmp_path):
     proc = podracer(
         "train",
+        "--run-dir",
+        str(tmp_path / "run"),
         "--arch",
         "anakin",
         "--agent",
@@ -49,6 +51,13 @@ def test_train_prints_progress_and_a_final_json_line():
     assert summary["total_steps"] == 4096 and summary["seed"] == 3
     assert isinstance(summary["params_checksum"], float)
     assert "steps" in proc.stderr and "sps" in proc.stderr  # the progress display
+    assert summary["run_dir"] == str(tmp_path / "run")
+    assert sorted(os.listdir(tmp_path / "run")) == [
+        "checkpoints",
+        "config.json",
+        "metrics.jsonl",
+        "tb",
+    ]
 
 
 def test_overrides_reach_the_configs():
@@ -84,11 +93,16 @@ def test_overrides_reach_the_configs():
         (["--arch", "podrace"], "--arch='podrace' is not allowed"),
         (["--arch.num-envs", "3", "--agent.num-minibatches", "1"], "AnakinConfig.num_envs=3"),
         (["--total-timesteps", "-5"], "--total-timesteps=-5 is not allowed"),
+        (["--agent.num-minibatches", "3"], "num_minibatches=3 does not divide the 256 samples"),
+        (["--agent.lr", "-1"], "PPOConfig.lr=-1.0 is not allowed"),
+        (["--checkpoint-interval", "-2"], "--checkpoint-interval=-2 is not allowed"),
+        (["--resume", "nowhere"], "'nowhere' is not a run directory"),
     ],
 )
-def test_bad_values_exit_non_zero_with_one_line(args, message, monkeypatch):
+def test_bad_values_exit_non_zero_with_one_line(args, message, monkeypatch, tmp_path):
     from podracer import cli
 
+    monkeypatch.chdir(tmp_path)
     # conftest gives this process two devices: num_envs=3 cannot be split over them.
     errors = []
     monkeypatch.setattr(sys, "stderr", type("E", (), {"write": errors.append, "flush": id})())
@@ -101,6 +115,7 @@ def test_bad_values_exit_non_zero_with_one_line(args, message, monkeypatch):
     text = "".join(errors)
     assert message in text and "Traceback" not in text
     assert text.count("\n") == 1
+    assert not os.listdir(tmp_path)  # nothing written for a run that could not start
 
 
 def test_help_lists_fields():
@@ -110,9 +125,11 @@ def test_help_lists_fields():
         assert flag in proc.stdout
 
 
-def test_sebulba_from_the_command_line():
+def test_sebulba_from_the_command_line(tmp_path):
     proc = podracer(
         "train",
+        "--run-dir",
+        str(tmp_path / "run"),
         "--arch",
         "sebulba",
         "--agent",
@@ -136,3 +153,70 @@ def test_sebulba_from_the_command_line():
     bad = podracer("train", "--arch", "sebulba", "--env", "envpool:Cartpole-v1", timeout=60)
     assert bad.returncode == 2 and "envpool:CartPole-v1" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_config_file_then_flags(tmp_path):
+    path = tmp_path / "ppo.yaml"
+    path.write_text(
+        "agent: ppo\nenv: gymnax:Acrobot-v1\nseed: 7\n"
+        "agent_config:\n  lr: 0.001\n  hidden_sizes: [16, 16]\n"
+        "arch_config:\n  num_envs: 32\noptions:\n  eval_interval: 5\n"
+    )
+    selectors, agent, arch = parse_train_args(["--config", str(path), "--agent.lr", "3e-4"])
+    assert selectors.env == "gymnax:Acrobot-v1" and selectors.seed == 7
+    assert agent.lr == 3e-4 and agent.hidden_sizes == (16, 16)  # the flag wins over the file
+    assert arch.num_envs == 32 and selectors.options.eval_interval == 5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"agent_config": {"lr_max": 1.0}}))
+    proc = podracer("train", "--config", str(bad), timeout=60)
+    assert proc.returncode == 2 and "unknown field(s) lr_max for PPOConfig" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_resume_eval_and_plot_from_the_command_line(tmp_path):
+    run = str(tmp_path / "run")
+    common = ["--arch.num-envs", "4", "--arch.rollout-len", "32", "--agent.num-minibatches", "2"]
+    first = podracer(
+        "train",
+        "--run-dir",
+        run,
+        "--total-timesteps",
+        "512",
+        "--quiet",
+        "--agent.anneal-lr",
+        "False",
+        *common,
+    )
+    assert first.returncode == 0, first.stderr
+    resumed = podracer("train", "--resume", run, "--total-timesteps", "1024", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["start_update"] == 4 and summary["num_updates"] == 8
+    straight = podracer(
+        "train",
+        "--run-dir",
+        str(tmp_path / "straight"),
+        "--total-timesteps",
+        "1024",
+        "--quiet",
+        "--agent.anneal-lr",
+        "False",
+        *common,
+    )
+    expected = json.loads(straight.stdout.strip().splitlines()[-1])
+    assert summary["params_checksum"] == expected["params_checksum"]
+    with open(os.path.join(run, "config.json")) as f:
+        assert json.load(f)["total_timesteps"] == 1024
+    refused = podracer("train", "--resume", run, "--agent.lr", "1e-3", timeout=60)
+    assert refused.returncode == 2 and "a resumed run keeps its config.json" in refused.stderr
+
+    evaluated = podracer("eval", run, "--episodes", "3", timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr
+    result = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert result["episodes"] == 3 and result["updates"] == 8
+    assert result["min"] <= result["mean"] <= result["max"]
+
+    out = tmp_path / "curves.png"
+    plotted = podracer("plot", run, str(tmp_path / "straight"), "--out", str(out), timeout=120)
+    assert plotted.returncode == 0, plotted.stderr
+    assert out.stat().st_size > 10_000

@@ -21,7 +21,7 @@ from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import make_categorical_act, select
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.core.returns import gae
-from podracer.networks import ACTIVATIONS, ActorCritic
+from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic
 from podracer.types import Agent, Trajectory
 
 
@@ -58,7 +58,11 @@ class PPOConfig:
     activation: str = "tanh"
     """Activation of the torso: one of tanh, relu, gelu, silu."""
     shared_torso: bool = False
-    """One torso for actor and critic instead of one each."""
+    """One torso for actor and critic instead of one each (use it with the image torsos)."""
+    torso: str = "mlp"
+    """Torso of the network: one of mlp, nature_cnn, impala_resnet."""
+    channels_first: bool = True
+    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]."""
 
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
@@ -70,6 +74,7 @@ class PPOConfig:
         check_range(self, "max_grad_norm", 0.0, None)
         check_layer_sizes(self, "hidden_sizes")
         check_choice(self, "activation", tuple(ACTIVATIONS))
+        check_choice(self, "torso", TORSOS)
 
 
 class PPOBatch(NamedTuple):
@@ -90,6 +95,8 @@ def make_agent(config: PPOConfig, num_actions: int) -> Agent:
         hidden_sizes=tuple(config.hidden_sizes),
         activation=config.activation,
         shared_torso=config.shared_torso,
+        torso=config.torso,
+        channels_first=config.channels_first,
     )
 
     def init(key, example_obs):

@@ -52,8 +52,10 @@ def make_learner(
       num_epochs, num_minibatches: SGD passes and minibatches per pass; the number of samples
         per device must be divisible by ``num_minibatches``.
       axis_name: the data-parallel axis (``podracer.parallel.DATA_AXIS``) or None on one device.
-      unroll: ``unroll`` of the minibatch ``lax.scan`` (unrolling helps XLA:CPU, whose loops
-        carry a per-iteration cost).
+      unroll: ``unroll`` of the epoch and minibatch ``lax.scan``s; ``True`` makes the update
+        straight-line code. XLA:CPU runs convolution backward passes inside loops many times
+        slower than outside (``benchmarks/learner_unroll.py``), so the loops choose it there for
+        the image torsos (:func:`choose_unroll`); other backends keep the loops.
     """
     if num_epochs < 1:
         raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
@@ -129,10 +131,28 @@ def make_learner(
             return jax.lax.scan(sgd_step, carry, (minibatches, keys), unroll=unroll)
 
         (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state), jax.random.split(epochs_key, num_epochs)
+            epoch,
+            (state.params, state.opt_state),
+            jax.random.split(epochs_key, num_epochs),
+            unroll=unroll,
         )
         metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
         new_state = LearnerState(params, opt_state, key, state.update_count + 1)
         return new_state, metrics
 
     return Learner(init=init, update=update)
+
+
+IMAGE_TORSOS = ("nature_cnn", "impala_resnet")
+
+
+def choose_unroll(agent_config, devices=None, requested: int = 0) -> int | bool:
+    """The learner's ``unroll``: ``requested`` when given (> 0); otherwise ``True`` (no loops)
+    for an image torso on XLA:CPU, where a convolution's backward pass inside a loop runs many
+    times slower than unrolled (``benchmarks/learner_unroll.py``), and 1 (the loops) elsewhere:
+    GPU and TPU compile loops well and unrolling only lengthens their compile."""
+    if requested:
+        return requested
+    platform = (devices[0] if devices else jax.devices()[0]).platform
+    image = getattr(agent_config, "torso", "mlp") in IMAGE_TORSOS
+    return True if image and platform == "cpu" else 1

@@ -30,9 +30,17 @@ class SebulbaConfig:
     reproduces a run."""
     env_threads: int = 0
     """envpool worker threads per actor (0: envpool's default)."""
+    learner_unroll: int = 0
+    """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
+    image torsos on CPU, loops elsewhere)."""
 
     def __post_init__(self):
         check_positive(self, "actors_per_device", "envs_per_actor", "rollout_len", "queue_size")
+        if self.learner_unroll < 0:
+            raise ConfigError(
+                f"SebulbaConfig.learner_unroll={self.learner_unroll} is not allowed: it must be "
+                ">= 0 (0 chooses it from the backend and the torso)"
+            )
         for field in ("actor_device_ids", "learner_device_ids"):
             ids = getattr(self, field)
             if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):

@@ -32,7 +32,7 @@ from podracer.core.learner import make_learner
 from podracer.parallel import DATA_AXIS, data_mesh
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.pipeline import Lifetime, ParamsSlot, Stopped, TrajectoryQueue
-from podracer.types import ActorOutput, Agent, TimeStep, Trajectory
+from podracer.types import ActorOutput, Agent, LearnerState, TimeStep, Trajectory
 
 JOIN_TIMEOUT_S = 10.0
 
@@ -178,7 +178,8 @@ def make_act(agent: Agent):
 class SebulbaResult(NamedTuple):
     summary: dict[str, Any]
     params: Any
-    history: dict[str, np.ndarray]  # per-update metrics [1, num_updates]
+    history: dict[str, np.ndarray]  # per-update metrics [1, updates run by this call of run()]
+    state: LearnerState  # the learner's final state (on the learner mesh)
 
 
 def run(
@@ -193,6 +194,10 @@ def run(
     total_timesteps: int,
     progress: Callable[[dict[str, Any]], None] | None = None,
     devices: Sequence[jax.Device] | None = None,
+    state: LearnerState | None = None,
+    start_update: int = 0,
+    hooks: Any = None,
+    unroll: int | bool = 1,
 ) -> SebulbaResult:
     """Trains until ``total_timesteps`` environment steps (all actors together) are learnt from.
 
@@ -200,6 +205,12 @@ def run(
     ``config.envs_per_actor`` environments. ``devices`` are the local devices that the config's
     device ids index (default ``jax.local_devices()``). Any thread's error stops the run and is
     raised here; Ctrl-C stops every thread cleanly.
+
+    A resumed run passes the restored learner ``state`` and the updates it had done as
+    ``start_update``; the environments start afresh. ``hooks`` (see
+    :class:`podracer.anakin.RunHooks`) gets ``after_call(state, updates, last)`` in the learner
+    thread after every update, and ``interrupted(state, updates)`` in the calling thread on
+    Ctrl-C.
     """
     devices = list(devices if devices is not None else jax.local_devices())
     for field in ("actor_device_ids", "learner_device_ids"):
@@ -211,6 +222,11 @@ def run(
     actor_devices = [devices[i] for i in config.actor_device_ids]
     learner_mesh = data_mesh([devices[i] for i in config.learner_device_ids])
     num_updates = max(1, total_timesteps // config.steps_per_update)
+    if not 0 <= start_update < num_updates:
+        raise ValueError(
+            f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
+            f"of {config.steps_per_update} steps (total_timesteps={total_timesteps})"
+        )
     lifetime = Lifetime()
     slot = ParamsSlot(lifetime)
     queues = [TrajectoryQueue(lifetime, config.queue_size) for _ in range(config.num_actors)]
@@ -223,6 +239,7 @@ def run(
         num_epochs=num_epochs,
         num_minibatches=num_minibatches,
         axis_name=DATA_AXIS,
+        unroll=unroll,
     )
 
     def update_all(state, trajs):
@@ -244,7 +261,10 @@ def run(
     probe = make_env(-1)
     example_obs = np.zeros(probe.observation_spec.shape, probe.observation_spec.dtype)
     probe.close()
-    state = jax.jit(learner.init, out_shardings=replicated)(jax.random.key(seed), example_obs)
+    if state is None:
+        state = jax.jit(learner.init, out_shardings=replicated)(jax.random.key(seed), example_obs)
+    else:
+        state = jax.device_put(state, replicated)
     act = make_act(agent)
     batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
     out_shape = jax.eval_shape(agent.act, state.params, batch_obs, jax.random.key(0))
@@ -285,10 +305,10 @@ def run(
                 collector = AsyncCollector(env, config.rollout_len)
             else:
                 timestep = env.reset()
-            rollout = 0
+            rollout = start_update  # rollout k acts with the params of update k - 1
             while not lifetime.stopping:
                 start = time.perf_counter()
-                wanted = max(rollout - 1, 0) if config.deterministic else None
+                wanted = max(rollout - 1, start_update) if config.deterministic else None
                 copies, version = slot.get(wanted)
                 params = copies[device]
                 timers.add("params_fetch", start)
@@ -315,9 +335,9 @@ def run(
         slot.publish(copies, version)
 
     def learner_loop():
-        nonlocal state
-        publish(state.params, 0)
-        for k in range(num_updates):
+        nonlocal state, done_updates
+        publish(state.params, start_update)
+        for k in range(start_update, num_updates):
             start = time.perf_counter()
             items = [q.get() for q in queues]
             start = learner_timers.add("wait_for_data", start)
@@ -325,6 +345,9 @@ def run(
             metrics = jax.device_get(metrics)
             learner_timers.add("update", start)
             publish(state.params, k + 1)
+            done_updates = k + 1
+            if hooks is not None:
+                hooks.after_call(state, done_updates, done_updates == num_updates)
             lags.extend(k - item[1] for item in items)
             history["episodes"].append(sum(item[2].episodes for item in items))
             history["return_sum"].append(sum(item[2].return_sum for item in items))
@@ -334,6 +357,7 @@ def run(
             history["queue_size"].append(float(np.mean([q.qsize() for q in queues])))
         lifetime.stop()
 
+    done_updates = start_update
     threads = [lifetime.thread(f"actor-{i}", actor_loop, i) for i in range(config.num_actors)]
     threads.append(lifetime.thread("learner", learner_loop))
     start = time.perf_counter()
@@ -344,25 +368,31 @@ def run(
         while not lifetime.wait(0.1):
             if progress is not None and time.perf_counter() - last_report >= 1.0:
                 last_report = time.perf_counter()
-                progress(_record(history, config, num_updates, start, actor_steps))
+                progress(
+                    _record(history, lags, config, num_updates, start_update, start, actor_steps)
+                )
     except KeyboardInterrupt:
         lifetime.stop()
         _join(threads)
+        if hooks is not None and not any(x.is_deleted() for x in jax.tree.leaves(state)):
+            hooks.interrupted(state, done_updates)
         raise
     _join(threads)
     lifetime.raise_if_failed()
     elapsed = time.perf_counter() - start
     if progress is not None:
-        progress(_record(history, config, num_updates, start, actor_steps))
+        progress(_record(history, lags, config, num_updates, start_update, start, actor_steps))
 
     hist = {name: np.asarray(values)[None] for name, values in history.items()}
     total_steps = num_updates * config.steps_per_update
-    final = final_returns(hist, config.steps_per_update, total_steps)
+    run_steps = (num_updates - start_update) * config.steps_per_update
+    final = final_returns(hist, config.steps_per_update, run_steps)
     params = jax.device_get(state.params)
     summary = {
         "total_steps": total_steps,
         "num_updates": num_updates,
-        "sps": total_steps / elapsed,
+        "start_update": start_update,
+        "sps": run_steps / elapsed,
         "actor_sps": sum(actor_steps) / elapsed,
         "per_actor_sps": [s / elapsed for s in actor_steps],
         "compile_s": compile_s,
@@ -375,7 +405,7 @@ def run(
         "learner_time_s": dict(learner_timers.seconds),
         "queue_size_mean": float(np.mean(history["queue_size"])),
     }
-    return SebulbaResult(summary, params, hist)
+    return SebulbaResult(summary, params, hist, state)
 
 
 def _join(threads) -> None:
@@ -393,19 +423,31 @@ def _mean_timers(timers: list[Timers]) -> dict[str, float]:
     return {name: float(np.mean([t.seconds.get(name, 0.0) for t in timers])) for name in names}
 
 
-def _record(history, config, num_updates, start, actor_steps) -> dict[str, Any]:
-    done = len(history["episodes"])
+_BOOKKEEPING = ("episodes", "return_sum", "length_sum", "queue_size")
+
+
+def _record(history, lags, config, num_updates, start_update, start, actor_steps) -> dict[str, Any]:
+    """The ``"train"`` record (:mod:`podracer.logging`) of the updates done so far."""
+    history = {name: list(values) for name, values in list(history.items())}  # a snapshot
+    run_updates = len(history.get("episodes", ()))
+    done = start_update + run_updates
     elapsed = time.perf_counter() - start
-    recent = slice(max(0, done - 5), done)
-    episodes = sum(history["episodes"][recent])
+    recent = slice(max(0, run_updates - 5), run_updates)
+    episodes = sum(history.get("episodes", [])[recent])
+    episode_return = float(sum(history["return_sum"][recent]) / episodes) if episodes else None
     return {
-        "steps": done * config.steps_per_update,
+        "kind": "train",
+        "step": done * config.steps_per_update,
         "updates": done,
         "fraction": done / num_updates,
-        "sps": done * config.steps_per_update / max(elapsed, 1e-9),
+        "sps": run_updates * config.steps_per_update / max(elapsed, 1e-9),
         "actor_sps": sum(actor_steps) / max(elapsed, 1e-9),
-        "episode_return": sum(history["return_sum"][recent]) / episodes if episodes else None,
-        "loss": history["loss"][-1] if history["loss"] else float("nan"),
+        "elapsed_s": elapsed,
+        "episode_return": episode_return,
+        "episode_returns": [episode_return],
+        "policy_lag": float(np.mean(lags[-5 * config.num_actors :])) if lags else None,
+        "queue_size": history["queue_size"][-1] if history.get("queue_size") else None,
+        **{n: v[-1] for n, v in history.items() if n not in _BOOKKEEPING and v},
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 
+from podracer.core.learner import choose_unroll
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.system import SebulbaResult, run
 
@@ -61,8 +62,12 @@ def train(
     devices: Sequence[jax.Device] | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
     env_options: dict[str, Any] | None = None,
+    **run_options: Any,
 ) -> SebulbaResult:
-    """Builds the environments, the agent and its optimizer, and runs Sebulba."""
+    """Builds the environments, the agent and its optimizer, and runs Sebulba.
+
+    ``run_options`` go to :func:`podracer.sebulba.system.run` (``state``, ``start_update``,
+    ``hooks`` when resuming or checkpointing)."""
     from podracer import agents
 
     make_env = env_factory(env_id, config, seed, env_options)
@@ -82,6 +87,8 @@ def train(
         total_timesteps=total_timesteps,
         progress=progress,
         devices=devices,
+        unroll=choose_unroll(agent_config, devices, config.learner_unroll),
+        **run_options,
     )
     result.summary.update(env=env_id, arch="sebulba", seed=seed)
     return result

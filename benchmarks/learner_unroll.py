@@ -1,0 +1,132 @@
+"""One learner update of an image agent, with its epoch and minibatch loops as ``lax.scan`` or
+unrolled, on the default backend.
+
+    python benchmarks/learner_unroll.py                       # PPO and IMPALA, IMPALA ResNet
+    python benchmarks/learner_unroll.py --torsos nature_cnn,impala_resnet --agents ppo
+
+XLA:CPU runs convolution backward passes inside loops much slower than the same computation
+outside one (jax-ml/jax#12868); this measures it on the batch Sebulba's Breakout benchmark uses
+(16 environments x 32 steps of 4 x 84 x 84 uint8 frames). One JSON line per configuration with
+the seconds per update, the compile seconds and, in the same process, the seconds of the same SGD
+steps run one by one as separate jitted calls (no loop at all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer import agents
+from podracer.core.learner import make_learner
+from podracer.types import ActorOutput, Trajectory
+
+
+def example_trajectory(num_steps: int, num_envs: int, num_actions: int) -> Trajectory:
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 255, (num_steps, num_envs, 4, 84, 84), dtype=np.uint8)
+    logits = rng.normal(size=(num_steps, num_envs, num_actions)).astype(np.float32)
+    action = rng.integers(0, num_actions, (num_steps, num_envs)).astype(np.int32)
+    log_prob = np.take_along_axis(jax.nn.log_softmax(logits), action[..., None], -1)[..., 0]
+    return Trajectory(
+        obs=obs,
+        reward=rng.normal(size=(num_steps, num_envs)).astype(np.float32),
+        terminated=rng.random((num_steps, num_envs)) < 0.01,
+        truncated=np.zeros((num_steps, num_envs), bool),
+        bootstrap_obs=np.roll(obs, -1, axis=0),
+        behaviour=ActorOutput(
+            action=action,
+            log_prob=np.asarray(log_prob),
+            value=np.zeros((num_steps, num_envs), np.float32),
+            logits=logits,
+        ),
+    )
+
+
+def timed(fn, *args, repeats: int):
+    start = time.perf_counter()
+    out = fn(*args)
+    jax.block_until_ready(out)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return first, (time.perf_counter() - start) / repeats
+
+
+def bench(agent_name: str, torso: str, unroll, traj: Trajectory, repeats: int) -> dict:
+    entry = agents.get(agent_name)
+    config = entry.config_cls(torso=torso, shared_torso=True)
+    agent, optimizer = agents.build(config, num_actions=4, num_updates=1000)
+    learner = make_learner(
+        agent,
+        optimizer,
+        num_epochs=config.num_epochs,
+        num_minibatches=config.num_minibatches,
+        unroll=unroll,
+    )
+    state = learner.init(jax.random.key(0), traj.obs[0, 0])
+    traj = jax.device_put(traj)
+    update = jax.jit(learner.update)
+    first, per_update = timed(update, state, traj, repeats=repeats)
+    return {
+        "agent": agent_name,
+        "torso": torso,
+        "unroll": unroll,
+        "backend": jax.default_backend(),
+        "epochs": config.num_epochs,
+        "minibatches": config.num_minibatches,
+        "update_s": round(per_update, 4),
+        "compile_s": round(first - per_update, 2),
+    }
+
+
+def straight_line(agent_name: str, torso: str, traj: Trajectory, repeats: int) -> float:
+    """The same number of SGD steps, each a separate jitted call of one minibatch's step."""
+    entry = agents.get(agent_name)
+    config = entry.config_cls(torso=torso, shared_torso=True)
+    agent, optimizer = agents.build(config, num_actions=4, num_updates=1000)
+    learner = make_learner(agent, optimizer, num_epochs=1, num_minibatches=1)
+    num_steps, num_envs = traj.reward.shape
+    steps = config.num_epochs * config.num_minibatches
+    # One minibatch: 1/num_minibatches of the environments (of the transitions for PPO alike).
+    part = jax.tree.map(lambda x: x[:, : num_envs // config.num_minibatches], traj)
+    state = learner.init(jax.random.key(0), traj.obs[0, 0])
+    update = jax.jit(learner.update)
+
+    def all_steps(state, part):
+        for _ in range(steps):
+            state, _ = update(state, part)
+        return state.params
+
+    part = jax.device_put(part)
+    _, seconds = timed(all_steps, state, part, repeats=repeats)
+    return seconds
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="ppo,impala")
+    parser.add_argument("--torsos", default="impala_resnet")
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--rollout-len", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    traj = example_trajectory(args.rollout_len, args.num_envs, num_actions=4)
+    for agent_name in args.agents.split(","):
+        for torso in args.torsos.split(","):
+            loose = straight_line(agent_name, torso, traj, args.repeats)
+            for unroll in (True, 1):  # the slow one last
+                line = bench(agent_name, torso, unroll, traj, args.repeats)
+                line["separate_calls_s"] = round(loose, 4)
+                line["slowdown_vs_separate"] = round(line["update_s"] / loose, 2)
+                print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
