@@ -33,7 +33,7 @@ from podracer.config import ConfigError, check_positive
 from podracer.core.learner import make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
-from podracer.parallel import DATA_AXIS, data_mesh
+from podracer.parallel import DATA_AXIS, Watchdog, data_mesh
 from podracer.types import Agent, LearnerState
 
 
@@ -154,12 +154,16 @@ def make_anakin(
         is_leaf=lambda x: isinstance(x, P),
     )
 
-    init_seeds = jax.jit(jax.vmap(init_one), out_shardings=state_shardings)
+    # One program over the global mesh: with several processes, each computes (and holds) only
+    # the shards of its own devices, i.e. its own slice of the environment batch.
+    init_seeds = jax.jit(
+        lambda seeds: jax.vmap(init_one)(jax.vmap(jax.random.key)(seeds)),
+        out_shardings=state_shardings,
+    )
 
     def init(seed: int) -> AnakinState:
         """The initial state of runs ``seed, ..., seed + num_seeds - 1``."""
-        seeds = jnp.arange(seed, seed + config.num_seeds, dtype=jnp.uint32)
-        return init_seeds(jax.vmap(jax.random.key)(seeds))
+        return init_seeds(np.arange(seed, seed + config.num_seeds, dtype=np.uint32))
 
     def one_update(state: AnakinState, _):
         key, rollout_key = jax.random.split(state.key)
@@ -258,14 +262,16 @@ def run(
     pending = None
     done_updates = 0
     calls = [step] * num_calls + ([last_step] if last_step is not None else [])
-    for call in calls:
-        state, metrics = call(state)
-        if pending is not None:
-            chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
-        pending = metrics
-        done_updates += k if call is step else remainder
-    chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
-    jax.block_until_ready(state)
+    with Watchdog("the Anakin step") as watchdog:  # armed only with several processes
+        for call in calls:
+            state, metrics = call(state)
+            if pending is not None:
+                chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
+                watchdog.beat()
+            pending = metrics
+            done_updates += k if call is step else remainder
+        chunks.append(_report(pending, done_updates, num_updates, start, config, progress))
+        jax.block_until_ready(state)
     elapsed = time.perf_counter() - start
 
     history = {
@@ -382,5 +388,12 @@ def train(
     """Builds the system (:func:`build`) and runs it (:func:`run`) for ``total_timesteps``."""
     system = build(env_id, agent_config, config, total_timesteps=total_timesteps, devices=devices)
     result = run(system, seed=seed, total_timesteps=total_timesteps, progress=progress)
-    result.summary.update(env=env_id, arch="anakin", seed=seed, devices=system.mesh.devices.size)
+    result.summary.update(
+        env=env_id,
+        arch="anakin",
+        seed=seed,
+        devices=system.mesh.devices.size,
+        processes=jax.process_count(),
+        process=jax.process_index(),
+    )
     return result

@@ -50,6 +50,21 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="run seed (seeds seed..seed+N-1)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    multi = parser.add_argument_group(
+        "several processes (one per host; see docs/scaling.md)",
+        "Nothing to pass where JAX detects the cluster (SLURM, Cloud TPU). Every process prints "
+        "the final JSON line; only process 0 prints progress.",
+    )
+    multi.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
+    multi.add_argument("--num-processes", "--num_processes", type=int, default=None)
+    multi.add_argument("--process-id", "--process_id", type=int, default=None)
+    multi.add_argument(
+        "--fault-timeout",
+        "--fault_timeout",
+        type=float,
+        default=None,
+        help="seconds after which a dead or stuck process ends the others (default 60)",
+    )
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     return parser
 
@@ -113,10 +128,17 @@ def parse_train_args(argv: Sequence[str]):
 
 def train(argv: Sequence[str]) -> dict:
     selectors, agent_config, arch_config = parse_train_args(argv)
-    from podracer import anakin, envs
+    from podracer import anakin, envs, parallel
     from podracer.logging import ConsoleProgress
 
-    progress = None if selectors.quiet else ConsoleProgress(selectors.total_timesteps)
+    parallel.initialize(  # before any JAX computation; nothing to do for one process
+        selectors.coordinator,
+        selectors.num_processes,
+        selectors.process_id,
+        timeout_s=selectors.fault_timeout,
+    )
+    quiet = selectors.quiet or not parallel.is_main_process()
+    progress = None if quiet else ConsoleProgress(selectors.total_timesteps)
     if selectors.arch == "sebulba":
         from podracer.sebulba import train as train_loop
     else:
