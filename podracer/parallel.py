@@ -33,7 +33,7 @@ DATA_AXIS = "data"
 ENV_COORDINATOR = "PODRACER_COORDINATOR"
 ENV_NUM_PROCESSES = "PODRACER_NUM_PROCESSES"
 ENV_PROCESS_ID = "PODRACER_PROCESS_ID"
-ENV_TIMEOUT = "PODRACER_TIMEOUT_S"
+ENV_TIMEOUT = "PODRACER_FAULT_TIMEOUT"
 
 DEFAULT_TIMEOUT_S = 60.0
 """A process that dies or stops answering ends the others within about this many seconds."""
@@ -148,7 +148,7 @@ def resolve(
     """What :func:`initialize` will do, without doing it (pure but for the cluster probe).
 
     Arguments win over ``PODRACER_COORDINATOR`` / ``PODRACER_NUM_PROCESSES`` /
-    ``PODRACER_PROCESS_ID`` / ``PODRACER_TIMEOUT_S``. With neither, a cluster JAX detects
+    ``PODRACER_PROCESS_ID`` / ``PODRACER_FAULT_TIMEOUT``. With neither, a cluster JAX detects
     (``cluster_detected``, default: probed) means ``jax.distributed.initialize()`` with no
     arguments; otherwise the run is single-process. One process asked for explicitly is also
     single-process (no coordination service is started).
@@ -165,7 +165,7 @@ def resolve(
             f"{ENV_TIMEOUT}={timeout!r} is not allowed: it must be a number of seconds"
         ) from None
     if not timeout >= 2:
-        raise ConfigError(f"timeout_s={timeout!r} is not allowed: it must be >= 2 (seconds)")
+        raise ConfigError(f"--fault-timeout={timeout:g} is not allowed: it must be >= 2 (seconds)")
 
     if coordinator is not None:
         host, _, port = coordinator.rpartition(":")
@@ -252,7 +252,7 @@ def initialize(
     - the CPU collectives set to gloo (what several CPU processes reduce through), and JAX's
       preemption service off, so SIGTERM (a scheduler's stop, ``kill``) ends a process as usual.
 
-    ``timeout_s`` (default 60 s, or ``PODRACER_TIMEOUT_S``) also bounds the loops'
+    ``timeout_s`` (default 60 s, or ``PODRACER_FAULT_TIMEOUT``) also bounds the loops'
     :class:`Watchdog`. Calling it again after success returns the same setup.
     """
     global _timeout_s
