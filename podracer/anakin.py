@@ -263,6 +263,7 @@ def run(
     done_updates = 0
     calls = [step] * num_calls + ([last_step] if last_step is not None else [])
     with Watchdog("the Anakin step") as watchdog:  # armed only with several processes
+        watchdog.beat()
         for call in calls:
             state, metrics = call(state)
             if pending is not None:

@@ -310,7 +310,9 @@ class Watchdog:
     beat comes for ``timeout_s + 2 * longest_step`` seconds, the watchdog prints a message naming
     the process and the step and calls ``os._exit(STALLED_EXIT_CODE)`` (the main thread may be
     blocked inside XLA, where no Python exception can reach it). It is armed only when more than
-    one process runs, and only from the first :meth:`beat` on, so compilation is not timed.
+    one process runs, and only from the second :meth:`beat` on, once one step has been timed: a
+    step may legitimately take minutes (Anakin runs many updates per call), and compilation is
+    never timed. The first step is left to JAX's heartbeat.
     """
 
     def __init__(self, what: str, timeout_s: float | None = None, *, enabled: bool | None = None):
@@ -339,7 +341,7 @@ class Watchdog:
                 self._longest = max(self._longest, now - self._last)
             self._last = now
             self._steps += 1
-        if self._thread is None:
+        if self._thread is None and self._steps >= 2:  # one step timed: its length is known
             self._thread = threading.Thread(
                 target=self._watch, name="podracer-watchdog", daemon=True
             )
