@@ -178,9 +178,11 @@ def test_sebulba_two_processes_learn_envpool_cartpole_with_equal_params(tmp_path
     assert first["final_return"] >= 150.0  # random play: about 22
 
 
-def test_a_killed_process_ends_the_other_within_the_timeout(tmp_path):
-    """Process 1 is killed (SIGKILL) mid-run; process 0 must exit non-zero, within 60 s (the
-    default fault timeout), instead of waiting in a collective for ever."""
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_a_dead_or_frozen_process_ends_the_other_within_the_timeout(tmp_path, how):
+    """Process 1 is killed (SIGKILL) or frozen (SIGSTOP: alive, answering nothing) mid-run;
+    process 0 must exit non-zero within 60 s (the default fault timeout) instead of waiting in a
+    collective for ever."""
     port = _free_port()
     procs, logs = [], []
     try:
@@ -205,19 +207,19 @@ def test_a_killed_process_ends_the_other_within_the_timeout(tmp_path):
             assert time.monotonic() < deadline, progress.read_text()[-3000:]
             assert all(p.poll() is None for p in procs), progress.read_text()[-3000:]
             time.sleep(0.5)
-        os.killpg(procs[1].pid, signal.SIGKILL)
+        os.killpg(procs[1].pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
         killed = time.monotonic()
         try:
             status = procs[0].wait(timeout=90)
         except subprocess.TimeoutExpired:
-            pytest.fail("process 0 still runs 90 s after process 1 was killed")
+            pytest.fail(f"process 0 still runs 90 s after process 1 was {how}")
         waited = time.monotonic() - killed
     finally:
         _kill(procs)
         for log in logs:
             log.close()
     message = progress.read_text()
-    print(f"process 0 stopped {waited:.1f} s after process 1 was killed, status {status}")
+    print(f"process 0 stopped {waited:.1f} s after process 1 was {how}, status {status}")
     assert status != 0
     assert waited < 60.0, f"process 0 took {waited:.0f} s to stop"
     assert "another task died" in message or "podracer: process 0" in message, message[-3000:]
