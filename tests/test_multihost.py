@@ -319,3 +319,10 @@ def test_cli_rejects_bad_process_flags(capsys):
     argv = ["train", "--coordinator", "h:5", "--num-processes", "2", "--process-id", "2"]
     assert cli.main(argv) == 2
     assert "--process-id=2 is not allowed" in capsys.readouterr().err
+
+
+def test_launch_local_exits_with_a_failing_process_status(tmp_path):
+    status, lines, err = _launch(2, ["--total-timesteps", "0"], tmp_path, 1, timeout_s=120)
+    assert status == 2 and lines == []
+    assert "--total-timesteps=0 is not allowed" in err
+    assert "launch_local.sh: a process exited with status 2" in err
