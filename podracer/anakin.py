@@ -33,7 +33,7 @@ from podracer.config import ConfigError, check_positive
 from podracer.core.learner import choose_unroll, make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
-from podracer.parallel import DATA_AXIS, data_mesh
+from podracer.parallel import DATA_AXIS, Watchdog, data_mesh
 from podracer.types import Agent, LearnerState
 
 
@@ -163,12 +163,16 @@ def make_anakin(
         is_leaf=lambda x: isinstance(x, P),
     )
 
-    init_seeds = jax.jit(jax.vmap(init_one), out_shardings=state_shardings)
+    # One program over the global mesh: with several processes, each computes (and holds) only
+    # the shards of its own devices, i.e. its own slice of the environment batch.
+    init_seeds = jax.jit(
+        lambda seeds: jax.vmap(init_one)(jax.vmap(jax.random.key)(seeds)),
+        out_shardings=state_shardings,
+    )
 
     def init(seed: int) -> AnakinState:
         """The initial state of runs ``seed, ..., seed + num_seeds - 1``."""
-        seeds = jnp.arange(seed, seed + config.num_seeds, dtype=jnp.uint32)
-        return init_seeds(jax.vmap(jax.random.key)(seeds))
+        return init_seeds(np.arange(seed, seed + config.num_seeds, dtype=np.uint32))
 
     def one_update(state: AnakinState, _):
         key, rollout_key = jax.random.split(state.key)
@@ -306,22 +310,25 @@ def run(
     def report(metrics):
         return _report(metrics, done_updates, num_updates, start, start_update, config, progress)
 
-    try:
-        for n in schedule:
-            new_state, metrics = steps[n](state)
-            state = new_state
-            if pending is not None:
-                chunks.append(report(pending))
-            pending = metrics
-            done_updates += n
-            if hooks is not None:
-                hooks.after_call(state, done_updates, done_updates == num_updates)
-    except KeyboardInterrupt:
-        if hooks is not None and not _deleted(state):
-            hooks.interrupted(state, done_updates)
-        raise
-    chunks.append(report(pending))
-    jax.block_until_ready(state)
+    with Watchdog("the Anakin step") as watchdog:  # armed only with several processes
+        watchdog.beat()
+        try:
+            for n in schedule:
+                new_state, metrics = steps[n](state)
+                state = new_state
+                if pending is not None:
+                    chunks.append(report(pending))
+                    watchdog.beat()
+                pending = metrics
+                done_updates += n
+                if hooks is not None:
+                    hooks.after_call(state, done_updates, done_updates == num_updates)
+        except KeyboardInterrupt:
+            if hooks is not None and not _deleted(state):
+                hooks.interrupted(state, done_updates)
+            raise
+        chunks.append(report(pending))
+        jax.block_until_ready(state)
     elapsed = time.perf_counter() - start
 
     history = {
@@ -462,5 +469,12 @@ def train(
     result = run(
         system, seed=seed, total_timesteps=total_timesteps, progress=progress, **run_options
     )
-    result.summary.update(env=env_id, arch="anakin", seed=seed, devices=system.mesh.devices.size)
+    result.summary.update(
+        env=env_id,
+        arch="anakin",
+        seed=seed,
+        devices=system.mesh.devices.size,
+        processes=jax.process_count(),
+        process=jax.process_index(),
+    )
     return result

@@ -30,6 +30,7 @@ commands:
 ARCHS = ("anakin", "sebulba")
 SEBULBA_DEFAULT_ENV = "envpool:CartPole-v1"
 SELECTORS = ("arch", "agent", "env", "seed", "total_timesteps")
+MULTI_PROCESS = ("coordinator", "num_processes", "process_id", "fault_timeout")
 
 
 class CLIError(Exception):
@@ -84,6 +85,21 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
     parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard events")
     parser.add_argument("--wandb", action="store_true", help="log to wandb too (offline)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    multi = parser.add_argument_group(
+        "several processes (one per host; see docs/scaling.md)",
+        "Nothing to pass where JAX detects the cluster (SLURM, Cloud TPU). Every process prints "
+        "the final JSON line; only process 0 prints progress.",
+    )
+    multi.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
+    multi.add_argument("--num-processes", "--num_processes", type=int, default=None)
+    multi.add_argument("--process-id", "--process_id", type=int, default=None)
+    multi.add_argument(
+        "--fault-timeout",
+        "--fault_timeout",
+        type=float,
+        default=None,
+        help="seconds after which a dead or stuck process ends the others (default 60)",
+    )
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     return parser
 
@@ -184,7 +200,7 @@ def _resume_spec(argv: Sequence[str]):
 
     parser = _selector_parser(list(agents.AGENTS))
     selectors, rest = parser.parse_known_args(list(argv))
-    allowed = {"resume", "resume_step", "total_timesteps", "quiet"}
+    allowed = {"resume", "resume_step", "total_timesteps", "quiet", *MULTI_PROCESS}
     given = {
         name
         for name, value in vars(selectors).items()
@@ -193,8 +209,8 @@ def _resume_spec(argv: Sequence[str]):
     if rest or given:
         extra = rest or [f"--{name.replace('_', '-')}" for name in sorted(given)]
         raise CLIError(
-            f"--resume takes only --total-timesteps, --resume-step and --quiet, not {extra[0]}: "
-            "a resumed run keeps its config.json"
+            f"--resume takes only --total-timesteps, --resume-step, --quiet and the process "
+            f"flags, not {extra[0]}: a resumed run keeps its config.json"
         )
     spec = load_spec(selectors.resume)
     if selectors.total_timesteps is not None:
@@ -206,9 +222,24 @@ def _resume_spec(argv: Sequence[str]):
     return selectors, spec, selectors.resume
 
 
-def train(argv: Sequence[str]) -> dict:
-    from podracer import envs, runs
+def _initialize(argv: Sequence[str]) -> None:
+    """Joins the processes of a multi-process run, before any JAX computation (nothing to do
+    for one process)."""
+    from podracer import agents, parallel
 
+    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
+    parallel.initialize(
+        selectors.coordinator,
+        selectors.num_processes,
+        selectors.process_id,
+        timeout_s=selectors.fault_timeout,
+    )
+
+
+def train(argv: Sequence[str]) -> dict:
+    from podracer import envs, parallel, runs
+
+    _initialize(argv)
     if any(a == "--resume" or a.startswith("--resume=") for a in argv):
         selectors, spec, run_dir = _resume_spec(argv)
         if spec.total_timesteps != runs.load_spec(run_dir).total_timesteps:
@@ -236,7 +267,7 @@ def train(argv: Sequence[str]) -> dict:
             run_dir,
             resume=resume,
             resume_step=selectors.resume_step,
-            console=not selectors.quiet,
+            console=not selectors.quiet and parallel.is_main_process(),
         )
     except KeyboardInterrupt:
         print(

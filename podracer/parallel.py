@@ -1,15 +1,50 @@
-"""Meshes and shardings shared by every loop."""
+"""Meshes, shardings and the multi-process set-up shared by every loop.
+
+One program runs on every host (JAX's multi-controller model). :func:`initialize` connects the
+processes through ``jax.distributed``; after it, ``jax.devices()`` lists the devices of every
+process and a mesh over them spans the cluster. Nothing else in the library knows how many
+processes there are, except where host data enters (Sebulba's trajectories, through
+:func:`global_array`) and where the host writes (:func:`is_main_process`).
+
+Host-only code here (:func:`initialize`, :class:`Watchdog`) is labelled; the mesh helpers are
+pure.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from podracer.config import ConfigError
+
 DATA_AXIS = "data"
 """The one name of the data-parallel axis, in every loop and in the learner core."""
+
+ENV_COORDINATOR = "PODRACER_COORDINATOR"
+ENV_NUM_PROCESSES = "PODRACER_NUM_PROCESSES"
+ENV_PROCESS_ID = "PODRACER_PROCESS_ID"
+ENV_TIMEOUT = "PODRACER_FAULT_TIMEOUT"
+
+DEFAULT_TIMEOUT_S = 60.0
+"""A process that dies or stops answering ends the others within about this many seconds."""
+
+STALLED_EXIT_CODE = 3
+"""Exit status of a process whose :class:`Watchdog` saw no progress within its limit."""
+
+_timeout_s = DEFAULT_TIMEOUT_S  # set by initialize(); read by the loops' watchdogs
+
+
+# --- meshes and global arrays (pure) ---------------------------------------------------------
 
 
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -26,3 +61,311 @@ def replicated(mesh: Mesh) -> NamedSharding:
 def sharded(mesh: Mesh, axis: int) -> NamedSharding:
     """Split along array axis ``axis`` over DATA_AXIS, replicated elsewhere."""
     return NamedSharding(mesh, P(*([None] * axis), DATA_AXIS))
+
+
+def devices_by_local_ids(local_ids: Sequence[int]) -> list[jax.Device]:
+    """The devices with local index ``local_ids`` on every process, process by process.
+
+    Every process runs the same configuration, so ``learner_device_ids=(1,)`` names device 1 of
+    each host; the list is what a learner mesh over all hosts is built from. With one process it
+    is ``[jax.local_devices()[i] for i in local_ids]``.
+    """
+    devices = []
+    for process in range(jax.process_count()):
+        local = jax.local_devices(process_index=process)
+        bad = [i for i in local_ids if not 0 <= i < len(local)]
+        if bad:
+            raise ValueError(
+                f"local device ids {bad} do not exist: process {process} has {len(local)} devices"
+            )
+        devices.extend(local[i] for i in local_ids)
+    return devices
+
+
+def global_array(sharding: NamedSharding, local_data: Any) -> Any:
+    """A global ``jax.Array`` (pytree of them) from every process's slice of the data.
+
+    ``local_data`` holds this process's rows along the sharded axes (for
+    ``P(None, DATA_AXIS)``: ``[T, B_local, ...]``); the global array concatenates the processes'
+    slices in process order (``[T, B_local * num_processes, ...]`` when every process holds the
+    same number of mesh devices). Not a collective: each process only places its own shards.
+    """
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_data
+    )
+
+
+def local_copy(x: jax.Array) -> jax.Array:
+    """One addressable shard of a replicated array: a single-device array on this process."""
+    return x.addressable_shards[0].data
+
+
+def is_main_process() -> bool:
+    """True on process 0: the one that prints progress, writes logs and checkpoints."""
+    return jax.process_index() == 0
+
+
+def process_seed(seed: int, process_id: int | None = None) -> int:
+    """A seed for host-side randomness of process ``process_id`` (default: this process),
+    derived from the one run seed: distinct per process, the same on every run.
+
+    Device randomness needs none: Anakin folds the device's mesh index into its keys, and
+    Sebulba numbers actors globally (actor ``i`` of process ``p`` is actor ``p * A + i``).
+    """
+    process_id = jax.process_index() if process_id is None else process_id
+    sequence = np.random.SeedSequence(entropy=seed, spawn_key=(process_id,))
+    return int(sequence.generate_state(1, np.uint32)[0])
+
+
+# --- the distributed runtime (host side) -----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessSetup:
+    """Where this process stands in the cluster, resolved from arguments, environment variables
+    or the cluster (SLURM, Cloud TPU, Open MPI, Kubernetes: what JAX detects)."""
+
+    coordinator: str | None  # HOST:PORT of process 0's coordination service; None: single
+    num_processes: int | None  # None: JAX reads it from the cluster
+    process_id: int | None  # None: JAX reads it from the cluster
+    source: str  # "single", "arguments" (flags / environment) or "cluster"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def distributed(self) -> bool:
+        return self.source != "single"
+
+
+def resolve(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    timeout_s: float | None = None,
+    environ: Mapping[str, str] | None = None,
+    cluster_detected: bool | None = None,
+) -> ProcessSetup:
+    """What :func:`initialize` will do, without doing it (pure but for the cluster probe).
+
+    Arguments win over ``PODRACER_COORDINATOR`` / ``PODRACER_NUM_PROCESSES`` /
+    ``PODRACER_PROCESS_ID`` / ``PODRACER_FAULT_TIMEOUT``. With neither, a cluster JAX detects
+    (``cluster_detected``, default: probed) means ``jax.distributed.initialize()`` with no
+    arguments; otherwise the run is single-process. One process asked for explicitly is also
+    single-process (no coordination service is started).
+    """
+    environ = os.environ if environ is None else environ
+    coordinator = coordinator or environ.get(ENV_COORDINATOR) or None
+    num_processes = _int_or_none(num_processes, environ.get(ENV_NUM_PROCESSES), "--num-processes")
+    process_id = _int_or_none(process_id, environ.get(ENV_PROCESS_ID), "--process-id")
+    timeout = timeout_s if timeout_s is not None else environ.get(ENV_TIMEOUT, DEFAULT_TIMEOUT_S)
+    try:
+        timeout = float(timeout)
+    except ValueError:
+        raise ConfigError(
+            f"{ENV_TIMEOUT}={timeout!r} is not allowed: it must be a number of seconds"
+        ) from None
+    if not timeout >= 2:
+        raise ConfigError(f"--fault-timeout={timeout:g} is not allowed: it must be >= 2 (seconds)")
+
+    if coordinator is not None:
+        host, _, port = coordinator.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"--coordinator={coordinator!r} is not allowed: give HOST:PORT of process 0 "
+                "(for example 10.0.0.1:1234)"
+            )
+    if num_processes is not None and num_processes < 1:
+        raise ConfigError(f"--num-processes={num_processes} is not allowed: it must be >= 1")
+    if process_id is not None and num_processes is not None:
+        if not 0 <= process_id < num_processes:
+            raise ConfigError(
+                f"--process-id={process_id} is not allowed: it must be between 0 and "
+                f"--num-processes - 1 = {num_processes - 1}"
+            )
+    elif process_id is not None and process_id < 0:
+        raise ConfigError(f"--process-id={process_id} is not allowed: it must be >= 0")
+
+    given = {
+        "--coordinator": coordinator,
+        "--num-processes": num_processes,
+        "--process-id": process_id,
+    }
+    if num_processes == 1:
+        return ProcessSetup(None, 1, 0, "single", timeout)
+    if all(v is None for v in given.values()):
+        if cluster_detected is None:
+            cluster_detected = detect_cluster()
+        source = "cluster" if cluster_detected else "single"
+        return ProcessSetup(None, None, None, source, timeout)
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        if cluster_detected is None:
+            cluster_detected = detect_cluster()
+        if not cluster_detected:
+            raise ConfigError(
+                f"{', '.join(missing)} missing: a multi-process run needs --coordinator "
+                "HOST:PORT, --num-processes N and --process-id I (or the environment variables "
+                f"{ENV_COORDINATOR}, {ENV_NUM_PROCESSES}, {ENV_PROCESS_ID}) unless JAX detects "
+                "the cluster (SLURM, Cloud TPU, Open MPI, Kubernetes)"
+            )
+        return ProcessSetup(coordinator, num_processes, process_id, "cluster", timeout)
+    return ProcessSetup(coordinator, num_processes, process_id, "arguments", timeout)
+
+
+def detect_cluster() -> bool:
+    """Whether JAX's cluster detection finds a multi-process job (SLURM with more than one task,
+    a Cloud TPU slice, Open MPI, Kubernetes). JAX offers no public probe, so this asks its
+    cluster registry and answers False when that is unavailable."""
+    try:
+        from jax._src.clusters import ClusterEnv
+    except ImportError:  # pragma: no cover - a JAX without the registry: explicit flags only
+        return False
+    for env in ClusterEnv._cluster_types:
+        try:
+            if env.opt_in_only_method or not env.is_env_present():
+                continue
+            return (env.get_process_count() or 1) > 1
+        except Exception:  # a probe that cannot answer (no metadata server, ...) is no cluster
+            continue
+    return False
+
+
+def initialize(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    timeout_s: float | None = None,
+    initialization_timeout_s: int = 300,
+    local_device_ids: Sequence[int] | None = None,
+) -> ProcessSetup:
+    """Connects this process to the others (host side; call before any JAX computation).
+
+    See :func:`resolve` for where the three values come from; a single-process run does nothing.
+    Otherwise it calls ``jax.distributed.initialize`` with
+
+    - ``heartbeat_timeout_seconds = timeout_s / 2``: the coordination service declares a process
+      dead after that long without a heartbeat and ends every other process (they abort with
+      JAX's message "Terminating process because the JAX distributed service detected fatal
+      errors"), so a dead or frozen process stops the run within ``timeout_s``;
+    - ``initialization_timeout``: how long to wait for every process to connect;
+    - the CPU collectives set to gloo (what several CPU processes reduce through), and JAX's
+      preemption service off, so SIGTERM (a scheduler's stop, ``kill``) ends a process as usual.
+
+    ``timeout_s`` (default 60 s, or ``PODRACER_FAULT_TIMEOUT``) also bounds the loops'
+    :class:`Watchdog`. Calling it again after success returns the same setup.
+    """
+    global _timeout_s
+    setup = resolve(coordinator, num_processes, process_id, timeout_s=timeout_s)
+    _timeout_s = setup.timeout_s
+    if not setup.distributed or jax.distributed.is_initialized():
+        return setup
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_enable_preemption_service", False)
+    try:
+        jax.distributed.initialize(
+            setup.coordinator,
+            setup.num_processes,
+            setup.process_id,
+            local_device_ids=local_device_ids,
+            initialization_timeout=int(initialization_timeout_s),
+            heartbeat_timeout_seconds=max(1, int(setup.timeout_s // 2)),
+            shutdown_timeout_seconds=max(1, int(setup.timeout_s)),
+        )
+    except RuntimeError as error:
+        if "must be called before" in str(error):
+            raise RuntimeError(
+                "podracer.parallel.initialize() must run before any JAX computation (even "
+                "jax.devices()): call it first thing in the program"
+            ) from error
+        raise
+    return dataclasses.replace(
+        setup, num_processes=jax.process_count(), process_id=jax.process_index()
+    )
+
+
+def timeout_s() -> float:
+    """The fault timeout set by :func:`initialize` (default 60 s)."""
+    return _timeout_s
+
+
+def _int_or_none(value: int | None, env_value: str | None, flag: str) -> int | None:
+    if value is not None:
+        return int(value)
+    if env_value is None or env_value == "":
+        return None
+    try:
+        return int(env_value)
+    except ValueError:
+        raise ConfigError(
+            f"{flag}={env_value!r} (from the environment) is not an integer"
+        ) from None
+
+
+class Watchdog:
+    """Ends the process when the host loop makes no progress (host side, a daemon thread).
+
+    A collective waits for every process; on CPU (gloo) it can wait forever when a peer is alive
+    (its heartbeats still flow) but stuck. The loop calls :meth:`beat` after each step; if no
+    beat comes for ``timeout_s + 2 * longest_step`` seconds, the watchdog prints a message naming
+    the process and the step and calls ``os._exit(STALLED_EXIT_CODE)`` (the main thread may be
+    blocked inside XLA, where no Python exception can reach it). It is armed only when more than
+    one process runs, and only from the second :meth:`beat` on, once one step has been timed: a
+    step may legitimately take minutes (Anakin runs many updates per call), and compilation is
+    never timed. The first step is left to JAX's heartbeat.
+    """
+
+    def __init__(self, what: str, timeout_s: float | None = None, *, enabled: bool | None = None):
+        self.what = what
+        self.timeout_s = _timeout_s if timeout_s is None else float(timeout_s)
+        self.enabled = jax.process_count() > 1 if enabled is None else enabled
+        self._last: float | None = None
+        self._longest = 0.0
+        self._steps = 0
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Watchdog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def beat(self) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if self._last is not None:
+                self._longest = max(self._longest, now - self._last)
+            self._last = now
+            self._steps += 1
+        if self._thread is None and self._steps >= 2:  # one step timed: its length is known
+            self._thread = threading.Thread(
+                target=self._watch, name="podracer-watchdog", daemon=True
+            )
+            self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def limit(self) -> float:
+        return self.timeout_s + 2 * self._longest
+
+    def _watch(self) -> None:
+        while not self._closed.wait(min(1.0, self.timeout_s / 4)):
+            with self._lock:
+                waited = time.monotonic() - self._last
+                limit = self.limit()
+                steps = self._steps
+            if waited > limit:
+                print(
+                    f"podracer: process {jax.process_index()} of {jax.process_count()}: no "
+                    f"progress in {self.what} for {waited:.0f} s (limit {limit:.0f} s, after "
+                    f"{steps} steps); another process has probably died or stopped answering. "
+                    f"Exiting with status {STALLED_EXIT_CODE}.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(STALLED_EXIT_CODE)

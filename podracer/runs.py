@@ -189,7 +189,12 @@ def load_spec(run_dir: str) -> RunSpec:
 
 def default_run_dir(spec: RunSpec, root: str = "runs") -> str:
     env = spec.env.replace(":", "_").replace("/", "_")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    now = time.time()
+    if jax.process_count() > 1:  # one directory for every process: process 0's clock
+        from jax.experimental import multihost_utils
+
+        now = float(multihost_utils.broadcast_one_to_all(np.float64(now)))
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     return os.path.join(root, f"{env}-{spec.agent}-{spec.arch}-{stamp}")
 
 
@@ -362,7 +367,12 @@ def train(
     finally:
         logger.close()
         checkpointer.close()
-    summary.update(agent=spec.agent, run_dir=run_dir)
+    summary.update(
+        agent=spec.agent,
+        run_dir=run_dir,
+        processes=jax.process_count(),
+        process=jax.process_index(),
+    )
     return summary
 
 
@@ -410,7 +420,7 @@ def _train_sebulba(spec, checkpointer, logger, resume, resume_step, devices):
         checkpointer,
         logger,
         sebulba_evaluator(spec, num_actions) if spec.options.eval_interval else None,
-        spec.arch_config.steps_per_update,
+        spec.arch_config.steps_per_update * jax.process_count(),
         start,
     )
     result = sebulba.train(

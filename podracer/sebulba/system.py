@@ -12,6 +12,12 @@ Threads (host side, see :mod:`podracer.sebulba.pipeline` for the waits and the s
 
 ``learner.update`` is the one :func:`podracer.core.learner.make_learner` built — the same that
 Anakin runs; only the mesh around it differs.
+
+Several processes (after :func:`podracer.parallel.initialize`): every process runs its own actors
+on its own actor devices; the learner devices of every process form one learner mesh, and each
+update takes actor ``i``'s trajectory of every process as one global batch (process ``p``'s
+environments are columns ``[p * B, (p + 1) * B)``). Every process runs the same compiled update,
+so the params are the same on all of them.
 """
 
 from __future__ import annotations
@@ -24,12 +30,20 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer.anakin import final_returns, params_checksum
 from podracer.core.learner import make_learner
-from podracer.parallel import DATA_AXIS, data_mesh
+from podracer.parallel import (
+    DATA_AXIS,
+    Watchdog,
+    data_mesh,
+    devices_by_local_ids,
+    global_array,
+    local_copy,
+)
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.pipeline import Lifetime, ParamsSlot, Stopped, TrajectoryQueue
 from podracer.types import ActorOutput, Agent, LearnerState, TimeStep, Trajectory
@@ -202,9 +216,12 @@ def run(
     """Trains until ``total_timesteps`` environment steps (all actors together) are learnt from.
 
     ``make_env(actor_index)`` builds an actor's host environment with
-    ``config.envs_per_actor`` environments. ``devices`` are the local devices that the config's
-    device ids index (default ``jax.local_devices()``). Any thread's error stops the run and is
-    raised here; Ctrl-C stops every thread cleanly.
+    ``config.envs_per_actor`` environments; the index is global (actor ``i`` of process ``p`` is
+    ``p * num_actors + i``), so every actor of every process has its own seed. ``devices`` are
+    the local devices that the config's device ids index (default ``jax.local_devices()``; with
+    several processes the learner mesh takes the learner ids' devices of every process).
+    ``total_timesteps`` counts the steps of every process. Any thread's error stops the run and
+    is raised here; Ctrl-C stops every thread cleanly.
 
     A resumed run passes the restored learner ``state`` and the updates it had done as
     ``start_update``; the environments start afresh. ``hooks`` (see
@@ -212,6 +229,12 @@ def run(
     thread after every update, and ``interrupted(state, updates)`` in the calling thread on
     Ctrl-C.
     """
+    num_processes = jax.process_count()
+    if devices is not None and num_processes > 1:
+        raise ValueError(
+            "devices= applies to single-process runs; with several processes, "
+            "SebulbaConfig's device ids name every process's local devices"
+        )
     devices = list(devices if devices is not None else jax.local_devices())
     for field in ("actor_device_ids", "learner_device_ids"):
         bad = [i for i in getattr(config, field) if i >= len(devices)]
@@ -220,12 +243,17 @@ def run(
                 f"SebulbaConfig.{field} has ids {bad} but only {len(devices)} local devices exist"
             )
     actor_devices = [devices[i] for i in config.actor_device_ids]
-    learner_mesh = data_mesh([devices[i] for i in config.learner_device_ids])
-    num_updates = max(1, total_timesteps // config.steps_per_update)
+    if num_processes > 1:
+        learner_mesh = data_mesh(devices_by_local_ids(config.learner_device_ids))
+    else:
+        learner_mesh = data_mesh([devices[i] for i in config.learner_device_ids])
+    first_actor = jax.process_index() * config.num_actors  # global index of local actor 0
+    steps_per_update = config.steps_per_update * num_processes
+    num_updates = max(1, total_timesteps // steps_per_update)
     if not 0 <= start_update < num_updates:
         raise ValueError(
             f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
-            f"of {config.steps_per_update} steps (total_timesteps={total_timesteps})"
+            f"of {steps_per_update} steps (total_timesteps={total_timesteps})"
         )
     lifetime = Lifetime()
     slot = ParamsSlot(lifetime)
@@ -262,20 +290,27 @@ def run(
     example_obs = np.zeros(probe.observation_spec.shape, probe.observation_spec.dtype)
     probe.close()
     if state is None:
-        state = jax.jit(learner.init, out_shardings=replicated)(jax.random.key(seed), example_obs)
+        state = jax.jit(
+            lambda obs: learner.init(jax.random.key(seed), obs), out_shardings=replicated
+        )(example_obs)
     else:
         state = jax.device_put(state, replicated)
     act = make_act(agent)
     batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
     out_shape = jax.eval_shape(agent.act, state.params, batch_obs, jax.random.key(0))
+    global_envs = config.envs_per_actor * num_processes  # one actor's columns, every process
+    global_obs = (config.rollout_len, global_envs, *example_obs.shape)
     traj_shape = Trajectory(
-        obs=jax.ShapeDtypeStruct((config.rollout_len, *batch_obs.shape), batch_obs.dtype),
-        reward=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.float32),
-        terminated=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.bool_),
-        truncated=jax.ShapeDtypeStruct((config.rollout_len, config.envs_per_actor), jnp.bool_),
-        bootstrap_obs=jax.ShapeDtypeStruct((config.rollout_len, *batch_obs.shape), batch_obs.dtype),
+        obs=jax.ShapeDtypeStruct(global_obs, example_obs.dtype),
+        reward=jax.ShapeDtypeStruct((config.rollout_len, global_envs), jnp.float32),
+        terminated=jax.ShapeDtypeStruct((config.rollout_len, global_envs), jnp.bool_),
+        truncated=jax.ShapeDtypeStruct((config.rollout_len, global_envs), jnp.bool_),
+        bootstrap_obs=jax.ShapeDtypeStruct(global_obs, example_obs.dtype),
         behaviour=jax.tree.map(
-            lambda s: jax.ShapeDtypeStruct((config.rollout_len, *s.shape), s.dtype), out_shape
+            lambda s: jax.ShapeDtypeStruct(
+                (config.rollout_len, global_envs, *s.shape[1:]), s.dtype
+            ),
+            out_shape,
         ),
     )
     traj_shape = jax.tree.map(
@@ -284,7 +319,8 @@ def run(
     update = update.lower(state, (traj_shape,) * config.num_actors).compile()
     for device in actor_devices:
         keys = rollout_keys(jax.random.key(0), config.rollout_len)
-        on_device = jax.device_put((state.params, batch_obs, keys, 0), device)
+        params = jax.tree.map(local_copy, state.params)
+        on_device = jax.device_put((params, batch_obs, keys, 0), device)
         jax.block_until_ready(act(*on_device))
     compile_s = time.perf_counter() - t0
 
@@ -297,9 +333,10 @@ def run(
     def actor_loop(index: int):
         device = actor_devices[index // config.actors_per_device]
         timers = actor_timers[index]
-        env = make_env(index)
+        env = make_env(first_actor + index)
         try:
-            key = jax.device_put(jax.random.fold_in(jax.random.key(seed + 1), index), device)
+            key = jax.random.fold_in(jax.random.key(seed + 1), first_actor + index)
+            key = jax.device_put(key, device)
             is_async = env.batch_size < env.num_envs
             if is_async:
                 collector = AsyncCollector(env, config.rollout_len)
@@ -321,7 +358,7 @@ def run(
                         env, act, params, timestep, keys, timers, device
                     )
                 start = time.perf_counter()
-                traj = jax.device_put(traj, traj_sharding)
+                traj = global_array(traj_sharding, traj)  # this process's columns
                 timers.add("place_on_learners", start)
                 queues[index].put((traj, version, stats))
                 actor_steps[index] += config.envs_per_actor * config.rollout_len
@@ -331,6 +368,7 @@ def run(
 
     def publish(params, version):
         # A copy on every actor device: the learner's state is donated to the next update.
+        params = jax.tree.map(local_copy, params)
         copies = {d: jax.device_put(params, d, may_alias=False) for d in set(actor_devices)}
         slot.publish(copies, version)
 
@@ -338,6 +376,7 @@ def run(
         nonlocal state, done_updates
         publish(state.params, start_update)
         for k in range(start_update, num_updates):
+            watchdog.beat()
             start = time.perf_counter()
             items = [q.get() for q in queues]
             start = learner_timers.add("wait_for_data", start)
@@ -358,6 +397,7 @@ def run(
         lifetime.stop()
 
     done_updates = start_update
+    watchdog = Watchdog("the Sebulba learner step")  # armed only with several processes
     threads = [lifetime.thread(f"actor-{i}", actor_loop, i) for i in range(config.num_actors)]
     threads.append(lifetime.thread("learner", learner_loop))
     start = time.perf_counter()
@@ -369,7 +409,16 @@ def run(
             if progress is not None and time.perf_counter() - last_report >= 1.0:
                 last_report = time.perf_counter()
                 progress(
-                    _record(history, lags, config, num_updates, start_update, start, actor_steps)
+                    _record(
+                        history,
+                        lags,
+                        config,
+                        steps_per_update,
+                        num_updates,
+                        start_update,
+                        start,
+                        actor_steps,
+                    )
                 )
     except KeyboardInterrupt:
         lifetime.stop()
@@ -377,21 +426,39 @@ def run(
         if hooks is not None and not any(x.is_deleted() for x in jax.tree.leaves(state)):
             hooks.interrupted(state, done_updates)
         raise
+    finally:
+        watchdog.close()
     _join(threads)
     lifetime.raise_if_failed()
     elapsed = time.perf_counter() - start
     if progress is not None:
-        progress(_record(history, lags, config, num_updates, start_update, start, actor_steps))
+        progress(
+            _record(
+                history,
+                lags,
+                config,
+                steps_per_update,
+                num_updates,
+                start_update,
+                start,
+                actor_steps,
+            )
+        )
 
     hist = {name: np.asarray(values)[None] for name, values in history.items()}
-    total_steps = num_updates * config.steps_per_update
-    run_steps = (num_updates - start_update) * config.steps_per_update
-    final = final_returns(hist, config.steps_per_update, run_steps)
+    if num_processes > 1:  # the episodes of every process's actors (every process is here)
+        for name in ("episodes", "return_sum", "length_sum"):
+            hist[name] = multihost_utils.process_allgather(hist[name]).sum(axis=0)
+    total_steps = num_updates * steps_per_update
+    run_steps = (num_updates - start_update) * steps_per_update
+    final = final_returns(hist, steps_per_update, run_steps)
     params = jax.device_get(state.params)
     summary = {
         "total_steps": total_steps,
         "num_updates": num_updates,
         "start_update": start_update,
+        "processes": num_processes,
+        "process": jax.process_index(),
         "sps": run_steps / elapsed,
         "actor_sps": sum(actor_steps) / elapsed,
         "per_actor_sps": [s / elapsed for s in actor_steps],
@@ -426,7 +493,9 @@ def _mean_timers(timers: list[Timers]) -> dict[str, float]:
 _BOOKKEEPING = ("episodes", "return_sum", "length_sum", "queue_size")
 
 
-def _record(history, lags, config, num_updates, start_update, start, actor_steps) -> dict[str, Any]:
+def _record(
+    history, lags, config, steps_per_update, num_updates, start_update, start, actor_steps
+) -> dict[str, Any]:
     """The ``"train"`` record (:mod:`podracer.logging`) of the updates done so far."""
     history = {name: list(values) for name, values in list(history.items())}  # a snapshot
     run_updates = len(history.get("episodes", ()))
@@ -437,10 +506,10 @@ def _record(history, lags, config, num_updates, start_update, start, actor_steps
     episode_return = float(sum(history["return_sum"][recent]) / episodes) if episodes else None
     return {
         "kind": "train",
-        "step": done * config.steps_per_update,
+        "step": done * steps_per_update,
         "updates": done,
         "fraction": done / num_updates,
-        "sps": run_updates * config.steps_per_update / max(elapsed, 1e-9),
+        "sps": run_updates * steps_per_update / max(elapsed, 1e-9),
         "actor_sps": sum(actor_steps) / max(elapsed, 1e-9),
         "elapsed_s": elapsed,
         "episode_return": episode_return,

@@ -74,7 +74,7 @@ def train(
     probe = make_env(-1)  # an unknown id or option fails here, in the caller's thread
     num_actions = probe.action_spec.num_actions
     probe.close()
-    num_updates = max(1, total_timesteps // config.steps_per_update)
+    num_updates = max(1, total_timesteps // (config.steps_per_update * jax.process_count()))
     agent, optimizer = agents.build(agent_config, num_actions, num_updates)
     result = run(
         make_env,

@@ -1,0 +1,328 @@
+"""Several processes on 127.0.0.1, talking through JAX's distributed runtime (gloo on CPU).
+
+Each process is a subprocess with its own virtual CPU devices; every wait is bounded and every
+child is killed in ``finally``. The processes run the real command line
+(``tests/multiprocess_worker.py`` saves their final params; ``examples/launch_local.sh`` starts
+them where the test needs only their exit statuses and JSON lines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from podracer import parallel
+from podracer.config import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "multiprocess_worker.py"
+LAUNCH = ROOT / "examples" / "launch_local.sh"
+
+ANAKIN_ARGS = [
+    "--agent",
+    "ppo",
+    "--env",
+    "gymnax:CartPole-v1",
+    "--arch.num-envs",
+    "8",
+    "--arch.rollout-len",
+    "16",
+    "--total-timesteps",
+    "2048",
+    "--seed",
+    "3",
+    "--quiet",
+]
+
+
+def _env(devices: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill(procs) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # the process and what it started
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _launch(num_processes, args, out_dir, devices_per_process, timeout_s):
+    """``examples/launch_local.sh`` with the worker as the command: (status, JSON lines, log)."""
+    env = _env(devices_per_process)
+    env["PODRACER"] = f"{sys.executable} {WORKER} {out_dir}"
+    env["PYTHON"] = sys.executable
+    proc = subprocess.Popen(
+        ["bash", str(LAUNCH), str(num_processes), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        _kill([proc])
+    return proc.returncode, _json_lines(out), err
+
+
+def _load(path) -> list[np.ndarray]:
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def test_anakin_two_processes_equal_one_process_of_four_devices(tmp_path):
+    """2 processes x 2 devices (one 4-device mesh over both) end with the params of 1 process x 4
+    devices: same environment slices per mesh position, same keys, gradients averaged over all."""
+    single = subprocess.Popen(
+        [sys.executable, str(WORKER), str(tmp_path / "single"), "train", *ANAKIN_ARGS],
+        env=_env(4),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240  # all three processes together
+    try:
+        status, lines, err = _launch(2, ANAKIN_ARGS, tmp_path / "multi", 2, timeout_s=200)
+        single_out, single_err = single.communicate(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        _kill([single])
+    assert single.returncode == 0, single_err[-3000:]
+    assert status == 0, err[-3000:]
+
+    assert sorted(line["process"] for line in lines) == [0, 1]
+    assert all(line["processes"] == 2 and line["devices"] == 4 for line in lines)
+    assert lines[0]["params_checksum"] == lines[1]["params_checksum"]
+    (reference,) = _json_lines(single_out)
+    assert reference["devices"] == 4 and reference["processes"] == 1
+
+    p0 = _load(tmp_path / "multi" / "params_0.npz")
+    p1 = _load(tmp_path / "multi" / "params_1.npz")
+    ref = _load(tmp_path / "single" / "params_0.npz")
+    assert len(p0) == len(ref) == 12
+    for a, b, r in zip(p0, p1, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
+    assert lines[0]["params_checksum"] == pytest.approx(reference["params_checksum"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_sebulba_two_processes_learn_envpool_cartpole_with_equal_params(tmp_path):
+    """Each process: one actor device (0) and one learner device (1); the learner mesh spans
+    both processes and every update takes both processes' trajectories as one batch."""
+    args = [
+        "--arch",
+        "sebulba",
+        "--agent",
+        "ppo",
+        "--env",
+        "envpool:CartPole-v1",
+        "--arch.actor-device-ids",
+        "0",
+        "--arch.learner-device-ids",
+        "1",
+        "--arch.envs-per-actor",
+        "16",
+        "--arch.rollout-len",
+        "32",
+        "--arch.deterministic",
+        "True",
+        "--agent.lr",
+        "1e-3",
+        "--total-timesteps",
+        "163840",
+        "--seed",
+        "0",
+        "--quiet",
+    ]
+    status, lines, err = _launch(2, args, tmp_path, 2, timeout_s=240)
+    assert status == 0, err[-3000:]
+    assert sorted(line["process"] for line in lines) == [0, 1]
+    first, second = lines
+    assert first["params_checksum"] == second["params_checksum"]
+    for a, b in zip(
+        _load(tmp_path / "params_0.npz"), _load(tmp_path / "params_1.npz"), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    # 2 processes x 16 envs x 32 steps per update; both see every process's episodes.
+    assert first["num_updates"] == second["num_updates"] == 163840 // 1024
+    assert first["final_return"] == second["final_return"]
+    print(first["final_return"])
+    assert first["final_return"] >= 150.0  # random play: about 22
+
+
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_a_dead_or_frozen_process_ends_the_other_within_the_timeout(tmp_path, how):
+    """Process 1 is killed (SIGKILL) or frozen (SIGSTOP: alive, answering nothing) mid-run;
+    process 0 must exit non-zero within 60 s (the default fault timeout) instead of waiting in a
+    collective for ever."""
+    port = _free_port()
+    procs, logs = [], []
+    try:
+        base = [sys.executable, "-m", "podracer.cli", "train", *ANAKIN_ARGS[:-5]]
+        base += ["--total-timesteps", "100000000", "--arch.updates-per-call", "1"]
+        base += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+        for i in range(2):
+            err = open(tmp_path / f"err_{i}.txt", "w")  # noqa: SIM115 - closed below
+            logs.append(err)
+            procs.append(
+                subprocess.Popen(
+                    [*base, "--process-id", str(i)],
+                    env=_env(2),
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + 120
+        progress = tmp_path / "err_0.txt"
+        while "steps" not in progress.read_text():  # process 0's progress lines: mid-run
+            assert time.monotonic() < deadline, progress.read_text()[-3000:]
+            assert all(p.poll() is None for p in procs), progress.read_text()[-3000:]
+            time.sleep(0.5)
+        os.killpg(procs[1].pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        killed = time.monotonic()
+        try:
+            status = procs[0].wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"process 0 still runs 90 s after process 1 was {how}")
+        waited = time.monotonic() - killed
+    finally:
+        _kill(procs)
+        for log in logs:
+            log.close()
+    message = progress.read_text()
+    print(f"process 0 stopped {waited:.1f} s after process 1 was {how}, status {status}")
+    assert status != 0
+    assert waited < 60.0, f"process 0 took {waited:.0f} s to stop"
+    assert "another task died" in message or "podracer: process 0" in message, message[-3000:]
+
+
+def test_resolve_arguments_environment_and_single_process():
+    no_cluster = {"environ": {}, "cluster_detected": False}
+    assert parallel.resolve(**no_cluster).source == "single"
+    setup = parallel.resolve("10.0.0.1:1234", 4, 3, **no_cluster)
+    assert (setup.coordinator, setup.num_processes, setup.process_id) == ("10.0.0.1:1234", 4, 3)
+    assert setup.source == "arguments" and setup.timeout_s == 60.0
+    environ = {
+        "PODRACER_COORDINATOR": "host:99",
+        "PODRACER_NUM_PROCESSES": "2",
+        "PODRACER_PROCESS_ID": "1",
+        "PODRACER_FAULT_TIMEOUT": "20",
+    }
+    setup = parallel.resolve(environ=environ, cluster_detected=False)
+    assert (setup.coordinator, setup.num_processes, setup.process_id) == ("host:99", 2, 1)
+    assert setup.timeout_s == 20.0
+    setup = parallel.resolve(process_id=0, timeout_s=30, environ=environ)
+    assert setup.process_id == 0 and setup.timeout_s == 30.0  # arguments win
+    assert parallel.resolve("h:1", 1, 0, **no_cluster).source == "single"
+    cluster = parallel.resolve(environ={}, cluster_detected=True)
+    assert cluster.source == "cluster" and cluster.coordinator is None
+    partial = parallel.resolve(process_id=2, environ={}, cluster_detected=True)
+    assert partial.source == "cluster" and partial.process_id == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"coordinator": "nohost"}, r"--coordinator='nohost' is not allowed: give HOST:PORT"),
+        ({"coordinator": "h:99999"}, r"--coordinator='h:99999' is not allowed"),
+        ({"num_processes": 0}, r"--num-processes=0 is not allowed: it must be >= 1"),
+        (
+            {"coordinator": "h:1", "num_processes": 2, "process_id": 2},
+            r"--process-id=2 is not allowed: it must be between 0 and --num-processes - 1 = 1",
+        ),
+        ({"coordinator": "h:1"}, r"--num-processes, --process-id missing"),
+        ({"timeout_s": 0}, r"--fault-timeout=0 is not allowed: it must be >= 2"),
+    ],
+)
+def test_resolve_errors_name_the_flag_and_what_is_allowed(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        parallel.resolve(**kwargs, environ={}, cluster_detected=False)
+
+
+def test_process_seeds_differ_per_process_and_repeat():
+    seeds = [parallel.process_seed(7, p) for p in range(4)]
+    assert len(set(seeds)) == 4
+    assert seeds == [parallel.process_seed(7, p) for p in range(4)]
+    assert parallel.process_seed(8, 0) != seeds[0]
+
+
+def test_watchdog_ends_a_stalled_process_with_a_message():
+    code = (
+        "import time\n"
+        "from podracer.parallel import Watchdog\n"
+        "w = Watchdog('the test step', timeout_s=2, enabled=True)\n"
+        "w.beat(); time.sleep(0.2); w.beat()\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(1),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == parallel.STALLED_EXIT_CODE
+    assert "no progress in the test step" in proc.stderr
+    assert "after 2 steps" in proc.stderr
+
+
+def test_watchdog_is_quiet_while_steps_come():
+    """A first step longer than the timeout is allowed (it is not timed), and later steps get
+    twice the longest step on top of the timeout. (If it fired, this process would exit.)"""
+    watchdog = parallel.Watchdog("a step", timeout_s=2, enabled=True)
+    with watchdog:
+        watchdog.beat()
+        time.sleep(2.5)  # the first step: longer than the timeout
+        watchdog.beat()
+        for _ in range(3):
+            time.sleep(0.1)
+            watchdog.beat()
+    assert watchdog.limit() >= 2.0 + 2 * 2.5
+    assert not parallel.Watchdog("a step").enabled  # one process: never armed
+
+
+def test_cli_rejects_bad_process_flags(capsys):
+    from podracer import cli
+
+    argv = ["train", "--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"]
+    assert cli.main(argv) == 2
+    assert "--coordinator='nohost' is not allowed: give HOST:PORT" in capsys.readouterr().err
+    argv = ["train", "--coordinator", "h:5", "--num-processes", "2", "--process-id", "2"]
+    assert cli.main(argv) == 2
+    assert "--process-id=2 is not allowed" in capsys.readouterr().err
+
+
+def test_launch_local_exits_with_a_failing_process_status(tmp_path):
+    status, lines, err = _launch(2, ["--total-timesteps", "0"], tmp_path, 1, timeout_s=120)
+    assert status == 2 and lines == []
+    assert "--total-timesteps=0 is not allowed" in err
+    assert "launch_local.sh: a process exited with status 2" in err
