@@ -87,25 +87,31 @@ def bench(agent_name: str, torso: str, unroll, traj: Trajectory, repeats: int) -
 
 
 def straight_line(agent_name: str, torso: str, traj: Trajectory, repeats: int) -> float:
-    """The same number of SGD steps, each a separate jitted call of one minibatch's step."""
+    """The same SGD steps with no loop at all: one jitted step (gradient of the loss and the
+    optimizer update) called once per minibatch from Python."""
+    import optax
+
     entry = agents.get(agent_name)
     config = entry.config_cls(torso=torso, shared_torso=True)
     agent, optimizer = agents.build(config, num_actions=4, num_updates=1000)
-    learner = make_learner(agent, optimizer, num_epochs=1, num_minibatches=1)
-    num_steps, num_envs = traj.reward.shape
-    steps = config.num_epochs * config.num_minibatches
-    # One minibatch: 1/num_minibatches of the environments (of the transitions for PPO alike).
-    part = jax.tree.map(lambda x: x[:, : num_envs // config.num_minibatches], traj)
-    state = learner.init(jax.random.key(0), traj.obs[0, 0])
-    update = jax.jit(learner.update)
+    params = agent.init(jax.random.key(0), traj.obs[0, 0])
+    opt_state = optimizer.init(params)
+    batch = agent.prepare(params, jax.device_put(traj), jnp.mean)
+    size = jax.tree.leaves(batch)[0].shape[0] // config.num_minibatches
+    minibatch = jax.tree.map(lambda x: x[:size], batch)
 
-    def all_steps(state, part):
-        for _ in range(steps):
-            state, _ = update(state, part)
-        return state.params
+    @jax.jit
+    def sgd_step(params, opt_state, key):
+        grads, _ = jax.grad(agent.loss, has_aux=True)(params, minibatch, key)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
 
-    part = jax.device_put(part)
-    _, seconds = timed(all_steps, state, part, repeats=repeats)
+    def all_steps(params, opt_state):
+        for i in range(config.num_epochs * config.num_minibatches):
+            params, opt_state = sgd_step(params, opt_state, jax.random.key(i))
+        return params
+
+    _, seconds = timed(all_steps, params, opt_state, repeats=repeats)
     return seconds
 
 
