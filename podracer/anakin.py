@@ -76,11 +76,25 @@ class AnakinConfig:
 
 
 class AnakinState(NamedTuple):
-    """The whole state of an Anakin run; every leaf has a leading seed axis ``[S]``."""
+    """The whole state of an Anakin run; every leaf has a leading seed (member) axis ``[S]``."""
 
     learner: LearnerState  # replicated over devices
     rollout: RolloutState  # [S, num_envs, ...], split over devices along the env axis
     key: jax.Array  # [S] acting keys (each device folds in its index)
+    hparams: dict[str, jax.Array]  # [S] each: the members' traced hyper-parameters
+
+
+class Members(NamedTuple):
+    """Members that differ in hyper-parameters as well as seeds (sweeps, populations).
+
+    ``build(hparams)`` returns ``(agent, optimizer)`` for one member's hyper-parameters (traced
+    scalars, e.g. ``{"lr": ..., "ent_coef": ...}``); ``hparams`` holds their initial values
+    ``[S]``; member ``i`` starts from seed ``seed + seed_offsets[i]``.
+    """
+
+    build: Callable[[dict[str, jax.Array]], tuple[Agent, Any]]
+    hparams: dict[str, np.ndarray]
+    seed_offsets: np.ndarray
 
 
 class UpdateMetrics(NamedTuple):
@@ -119,13 +133,17 @@ def make_anakin(
     devices: Sequence[jax.Device] | None = None,
     env_params: Any = None,
     learner_unroll: int | bool | None = None,
+    members: Members | None = None,
 ) -> Anakin:
     """Builds the Anakin system for ``env`` (an on-device :class:`~podracer.types.Environment`).
 
     The environment is wrapped in :class:`~podracer.envs.EpisodeStatistics` for the episode
     metrics. ``devices`` defaults to every device of every process. ``learner_unroll`` (default:
     ``config.learner_unroll``, 0 meaning 1) is the learner's ``unroll``; :func:`build` chooses it
-    with :func:`~podracer.core.learner.choose_unroll`.
+    with :func:`~podracer.core.learner.choose_unroll`. With ``members``, the ``num_seeds``
+    vmapped runs are members with hyper-parameters of their own, carried in the state as traced
+    values: the agent and optimizer are built per member inside the program, so members differ
+    without a recompile.
     """
     mesh = data_mesh(devices)
     num_devices = mesh.devices.size
@@ -136,27 +154,52 @@ def make_anakin(
         )
     env = EpisodeStatistics(env)
     env_params = env.default_params if env_params is None else env_params
-    learner = make_learner(
-        agent,
-        optimizer,
-        num_epochs=num_epochs,
-        num_minibatches=num_minibatches,
-        axis_name=DATA_AXIS,
-        unroll=learner_unroll if learner_unroll is not None else (config.learner_unroll or 1),
-    )
-    rollout = make_rollout(env, agent.act, config.rollout_len, unroll=config.rollout_unroll)
+    unroll = learner_unroll if learner_unroll is not None else (config.learner_unroll or 1)
+    if members is not None:
+        for name, values in members.hparams.items():
+            if np.shape(values) != (config.num_seeds,):
+                raise ConfigError(
+                    f"Members.hparams[{name!r}] has shape {np.shape(values)}: it must be "
+                    f"({config.num_seeds},), one value per member (AnakinConfig.num_seeds)"
+                )
+        if np.shape(members.seed_offsets) != (config.num_seeds,):
+            raise ConfigError(
+                f"Members.seed_offsets has shape {np.shape(members.seed_offsets)}: it must be "
+                f"({config.num_seeds},)"
+            )
+
+    def parts(hparams):
+        """The learner and rollout of one member (built inside the trace for members)."""
+        member_agent, member_optimizer = (
+            (agent, optimizer) if members is None else members.build(hparams)
+        )
+        learner = make_learner(
+            member_agent,
+            member_optimizer,
+            num_epochs=num_epochs,
+            num_minibatches=num_minibatches,
+            axis_name=DATA_AXIS,
+            unroll=unroll,
+        )
+        rollout = make_rollout(
+            env, member_agent.act, config.rollout_len, unroll=config.rollout_unroll
+        )
+        return learner, rollout
+
     example_obs = jnp.zeros(env.observation_spec.shape, env.observation_spec.dtype)
 
-    def init_one(key):
+    def init_one(key, hparams):
+        learner, _ = parts(hparams)
         learner_key, env_key, act_key = jax.random.split(key, 3)
         env_keys = jax.random.split(env_key, config.num_envs)
         return AnakinState(
             learner=learner.init(learner_key, example_obs),
             rollout=reset_envs(env, env_keys, env_params),
             key=act_key,
+            hparams=hparams,
         )
 
-    state_specs = AnakinState(learner=P(), rollout=P(None, DATA_AXIS), key=P())
+    state_specs = AnakinState(learner=P(), rollout=P(None, DATA_AXIS), key=P(), hparams=P())
     state_shardings = jax.tree.map(
         lambda spec: jax.sharding.NamedSharding(mesh, spec),
         state_specs,
@@ -166,15 +209,21 @@ def make_anakin(
     # One program over the global mesh: with several processes, each computes (and holds) only
     # the shards of its own devices, i.e. its own slice of the environment batch.
     init_seeds = jax.jit(
-        lambda seeds: jax.vmap(init_one)(jax.vmap(jax.random.key)(seeds)),
+        lambda seeds, hparams: jax.vmap(init_one)(jax.vmap(jax.random.key)(seeds), hparams),
         out_shardings=state_shardings,
     )
+    offsets = np.arange(config.num_seeds) if members is None else members.seed_offsets
+    initial_hparams = {} if members is None else dict(members.hparams)
 
     def init(seed: int) -> AnakinState:
-        """The initial state of runs ``seed, ..., seed + num_seeds - 1``."""
-        return init_seeds(np.arange(seed, seed + config.num_seeds, dtype=np.uint32))
+        """The initial state of runs ``seed, ..., seed + num_seeds - 1`` (members: of seeds
+        ``seed + seed_offsets``)."""
+        seeds = (seed + np.asarray(offsets)).astype(np.uint32)
+        hparams = {k: np.asarray(v, np.float32) for k, v in initial_hparams.items()}
+        return init_seeds(seeds, hparams)
 
     def one_update(state: AnakinState, _):
+        learner, rollout = parts(state.hparams)
         key, rollout_key = jax.random.split(state.key)
         rollout_key = jax.random.fold_in(rollout_key, jax.lax.axis_index(DATA_AXIS))
         rollout_state, traj, info = rollout(
@@ -187,7 +236,7 @@ def make_anakin(
             return_sum=jax.lax.psum(jnp.sum(info.episode_return), DATA_AXIS),
             length_sum=jax.lax.psum(jnp.sum(info.episode_length), DATA_AXIS),
         )
-        return AnakinState(learner_state, rollout_state, key), metrics
+        return AnakinState(learner_state, rollout_state, key, state.hparams), metrics
 
     @functools.cache
     def make_step(k: int):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ TOP_USAGE = """usage: podracer COMMAND [ARGS]
 
 commands:
   train    train an agent, or resume a run (podracer train --help)
+  sweep    seeds and hyper-parameters: one vmapped program for Anakin (podracer sweep --help)
   eval     evaluate a saved run's checkpoint (podracer eval --help)
   plot     learning curves from run directories (podracer plot --help)
 """
@@ -279,6 +281,88 @@ def train(argv: Sequence[str]) -> dict:
     return summary
 
 
+SWEEP_HELP = """usage: podracer sweep [TRAIN FLAGS] [--seeds N] [--sweep.FIELD V1,V2,...]
+
+Every combination of the swept values, each with N seeds (--seeds, default 1). With --arch
+anakin the whole grid is one vmapped program (hyper-parameters are traced values, one compile);
+with --arch sebulba the members run one after another. Prints the table over seeds (mean,
+median, IQM and its bootstrap 95% CI) on stderr and one JSON line per combination on stdout;
+the run directory gets config.json, metrics.jsonl (one curve per member) and results.json.
+
+sweepable fields: {fields}
+"""
+
+
+def sweep(argv: Sequence[str]) -> list[dict]:
+    from podracer import envs, runs, stats
+    from podracer import sweep as sweeps
+    from podracer.logging import make_logger
+
+    if "-h" in argv or "--help" in argv:
+        fields = "; ".join(f"{a}: {', '.join(f)}" for a, f in sweeps.SWEEPABLE.items())
+        print(SWEEP_HELP.format(fields=fields), end="")
+        return []
+    values, rest = sweeps.parse_sweep_flags(argv)
+    seeds = 1
+    if "--seeds" in rest:
+        i = rest.index("--seeds")
+        try:
+            seeds = int(rest[i + 1])
+        except (IndexError, ValueError) as error:
+            raise CLIError("--seeds needs an integer, e.g. --seeds 4") from error
+        rest = rest[:i] + rest[i + 2 :]
+    grid = sweeps.Grid(values=values, seeds=seeds)
+    selectors, agent_config, arch_config = parse_train_args(rest)
+    sweeps.check_grid(selectors.agent, agent_config, grid)
+    spec = runs.RunSpec(
+        arch=selectors.arch,
+        agent=selectors.agent,
+        env=selectors.env,
+        seed=selectors.seed,
+        total_timesteps=selectors.total_timesteps,
+        agent_config=agent_config,
+        arch_config=arch_config,
+        options=selectors.options,
+    )
+    run_dir = selectors.run_dir or runs.default_run_dir(spec).replace("-anakin-", "-sweep-")
+    if selectors.arch == "anakin":
+        envs.make(selectors.env)
+        spec = dataclasses.replace(
+            spec, arch_config=dataclasses.replace(arch_config, num_seeds=grid.num_members)
+        )
+        runs.save_spec(run_dir, spec)
+        with make_logger(
+            run_dir,
+            spec.total_timesteps,
+            console=not selectors.quiet,
+            tensorboard=spec.options.tensorboard,
+        ) as logger:
+            _, rows = sweeps.sweep_anakin(
+                spec.env,
+                spec.agent,
+                agent_config,
+                arch_config,
+                grid,
+                seed=spec.seed,
+                total_timesteps=spec.total_timesteps,
+                progress=logger,
+            )
+    else:
+        rows = sweeps.sweep_sebulba(spec, grid, run_dir, console=not selectors.quiet)
+    combos = sweeps.table(grid, rows)
+    with open(os.path.join(run_dir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(
+            {"grid": dict(grid.values), "seeds": seeds, "members": rows, "table": combos},
+            f,
+            indent=2,
+        )
+    columns = [*grid.values, "n", "mean", "median", "iqm", "iqm_ci_low", "iqm_ci_high"]
+    print(stats.format_table(combos, columns), file=sys.stderr)
+    for row in combos:
+        print(json.dumps(row), flush=True)
+    return combos
+
+
 def evaluate(argv: Sequence[str]) -> dict:
     parser = argparse.ArgumentParser(
         prog="podracer eval", description="Evaluate a saved run's checkpoint."
@@ -315,11 +399,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "eval":
             evaluate(rest)
             return 0
+        if command == "sweep":
+            sweep(rest)
+            return 0
         if command == "plot":
             from podracer import plotting
 
             return plotting.main(rest)
-        raise CLIError(f"unknown command {command!r}: choose one of train, eval, plot")
+        raise CLIError(f"unknown command {command!r}: choose one of train, sweep, eval, plot")
     except (CLIError, ConfigError, CheckpointError) as error:
         print(f"podracer: error: {error}", file=sys.stderr)
         return 2

@@ -18,9 +18,19 @@ def _name(obj: Any, field: str) -> str:
     return f"{type(obj).__name__}.{field}"
 
 
+def _traced(value: Any) -> bool:
+    """A traced value (a swept hyper-parameter inside ``jit`` / ``vmap``): checked before it was
+    traced, not here."""
+    import jax
+
+    return isinstance(value, jax.core.Tracer)
+
+
 def check_positive(obj: Any, *fields: str) -> None:
     for field in fields:
         value = getattr(obj, field)
+        if _traced(value):
+            continue
         if not value > 0:
             raise ConfigError(f"{_name(obj, field)}={value!r} is not allowed: it must be > 0")
 
@@ -29,6 +39,8 @@ def check_range(
     obj: Any, field: str, low: float | None, high: float | None, *, low_open: bool = False
 ) -> None:
     value = getattr(obj, field)
+    if _traced(value):
+        return
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and value > high
     if too_low or too_high:
