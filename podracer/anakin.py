@@ -33,7 +33,7 @@ from podracer.config import ConfigError, check_positive
 from podracer.core.learner import choose_unroll, make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
-from podracer.parallel import DATA_AXIS, Watchdog, data_mesh
+from podracer.parallel import DATA_AXIS, MEMBER_AXIS, Watchdog, fetch, member_mesh
 from podracer.types import Agent, LearnerState
 
 
@@ -54,6 +54,9 @@ class AnakinConfig:
     learner_unroll: int = 0
     """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
     image torsos on CPU, loops elsewhere)."""
+    member_shards: int = 1
+    """Devices the seed (member) axis is split over; each group of ``devices / member_shards``
+    devices splits its members' environments. Must divide ``num_seeds`` and the device count."""
 
     def __post_init__(self):
         check_positive(self, "num_envs", "rollout_len", "num_seeds")
@@ -62,7 +65,7 @@ class AnakinConfig:
                 f"AnakinConfig.updates_per_call={self.updates_per_call} is not allowed: "
                 "it must be >= 0 (0 chooses it from the run length)"
             )
-        check_positive(self, "rollout_unroll")
+        check_positive(self, "rollout_unroll", "member_shards")
         if self.learner_unroll < 0:
             raise ConfigError(
                 f"AnakinConfig.learner_unroll={self.learner_unroll} is not allowed: it must be "
@@ -76,12 +79,14 @@ class AnakinConfig:
 
 
 class AnakinState(NamedTuple):
-    """The whole state of an Anakin run; every leaf has a leading seed (member) axis ``[S]``."""
+    """The whole state of an Anakin run; every leaf has a leading seed (member) axis ``[S]``,
+    split over the mesh's MEMBER_AXIS."""
 
-    learner: LearnerState  # replicated over devices
-    rollout: RolloutState  # [S, num_envs, ...], split over devices along the env axis
+    learner: LearnerState  # replicated over DATA_AXIS
+    rollout: RolloutState  # [S, num_envs, ...], split over DATA_AXIS along the env axis
     key: jax.Array  # [S] acting keys (each device folds in its index)
     hparams: dict[str, jax.Array]  # [S] each: the members' traced hyper-parameters
+    periodic: Any = ()  # [S, ...]: the state of Periodic work (a population's lineage)
 
 
 class Members(NamedTuple):
@@ -97,6 +102,25 @@ class Members(NamedTuple):
     seed_offsets: np.ndarray
 
 
+class Periodic(NamedTuple):
+    """Work on all members together every ``interval`` updates, inside the compiled step
+    (a population's evaluation and tournament, :mod:`podracer.population`).
+
+    - ``init(keys [S]) -> state [S, ...]``: its part of :class:`AnakinState` (``periodic``);
+    - ``apply(state: AnakinState) -> (state, events)``: jittable, on the *global* state (every
+      member, whatever the mesh); ``events`` is a pytree of arrays for the host;
+    - ``describe(events, updates) -> records``: host side, the log records of one ``apply``.
+
+    :func:`run` makes calls of the step end at multiples of ``interval``, and the step ends with
+    ``apply`` when the update count is one, so ``apply`` sees exactly those states.
+    """
+
+    interval: int
+    init: Callable[[jax.Array], Any]
+    apply: Callable[[AnakinState], tuple[AnakinState, Any]]
+    describe: Callable[[Any, int], list[dict[str, Any]]]
+
+
 class UpdateMetrics(NamedTuple):
     """Per-update metrics ``[S, K]``, already reduced over devices."""
 
@@ -104,6 +128,7 @@ class UpdateMetrics(NamedTuple):
     episodes: jax.Array  # i32: episodes that ended during the update's rollout
     return_sum: jax.Array  # f32: sum of their returns
     length_sum: jax.Array  # i32: sum of their lengths
+    events: Any = ()  # Periodic.apply's events at the end of the call, and "due": bool []
 
 
 class Anakin(NamedTuple):
@@ -119,6 +144,7 @@ class Anakin(NamedTuple):
     mesh: Any
     config: AnakinConfig
     compiled: dict  # executables compiled by run(), by updates per call and state shapes
+    periodic: Periodic | None = None
 
 
 def make_anakin(
@@ -134,6 +160,7 @@ def make_anakin(
     env_params: Any = None,
     learner_unroll: int | bool | None = None,
     members: Members | None = None,
+    periodic: Periodic | None = None,
 ) -> Anakin:
     """Builds the Anakin system for ``env`` (an on-device :class:`~podracer.types.Environment`).
 
@@ -143,15 +170,28 @@ def make_anakin(
     with :func:`~podracer.core.learner.choose_unroll`. With ``members``, the ``num_seeds``
     vmapped runs are members with hyper-parameters of their own, carried in the state as traced
     values: the agent and optimizer are built per member inside the program, so members differ
-    without a recompile.
+    without a recompile. With ``periodic``, every step that ends at a multiple of
+    ``periodic.interval`` updates ends with ``periodic.apply`` (:class:`Periodic`).
+
+    The mesh is ``(MEMBER_AXIS, DATA_AXIS)`` (:func:`~podracer.parallel.member_mesh`) with
+    ``config.member_shards`` groups of devices; each group splits its members' environments.
     """
-    mesh = data_mesh(devices)
-    num_devices = mesh.devices.size
-    if config.num_envs % num_devices:
+    if config.num_seeds % config.member_shards:
         raise ConfigError(
-            f"AnakinConfig.num_envs={config.num_envs} is not allowed on {num_devices} devices: "
-            f"it must be a multiple of the device count ({num_devices})"
+            f"AnakinConfig.member_shards={config.member_shards} is not allowed with "
+            f"{config.num_seeds} members (num_seeds, or the sweep or population size): it must "
+            "divide the number of members"
         )
+    mesh = member_mesh(devices, config.member_shards)
+    num_devices = mesh.shape[DATA_AXIS]
+    if config.num_envs % num_devices:
+        where = (
+            f"on {num_devices} devices: it must be a multiple of the device count ({num_devices})"
+            if config.member_shards == 1
+            else f"on {mesh.devices.size} devices with member_shards={config.member_shards}: it "
+            f"must be a multiple of the devices per member group ({num_devices})"
+        )
+        raise ConfigError(f"AnakinConfig.num_envs={config.num_envs} is not allowed {where}")
     env = EpisodeStatistics(env)
     env_params = env.default_params if env_params is None else env_params
     unroll = learner_unroll if learner_unroll is not None else (config.learner_unroll or 1)
@@ -199,7 +239,26 @@ def make_anakin(
             hparams=hparams,
         )
 
-    state_specs = AnakinState(learner=P(), rollout=P(None, DATA_AXIS), key=P(), hparams=P())
+    def init_all(keys, hparams):
+        # One member after another, not vmapped: the orthogonal initialisers' QR factorisations
+        # would be one batched LAPACK call, which in jaxlib 0.10 on CPU splits its batch over
+        # the intra-op thread pool and waits for it from a pool thread; two such calls at once
+        # on a 2-thread pool wait for each other forever (docs/design.md, "Tests").
+        state = jax.lax.map(lambda args: init_one(*args), (keys, hparams))
+        if periodic is None:
+            return state
+        # Its own keys, so that the periodic work never draws from the training keys.
+        return state._replace(
+            periodic=periodic.init(jax.vmap(lambda k: jax.random.fold_in(k, 7))(keys))
+        )
+
+    state_specs = AnakinState(
+        learner=P(MEMBER_AXIS),
+        rollout=P(MEMBER_AXIS, DATA_AXIS),
+        key=P(MEMBER_AXIS),
+        hparams=P(MEMBER_AXIS),
+        periodic=P(MEMBER_AXIS),
+    )
     state_shardings = jax.tree.map(
         lambda spec: jax.sharding.NamedSharding(mesh, spec),
         state_specs,
@@ -209,7 +268,7 @@ def make_anakin(
     # One program over the global mesh: with several processes, each computes (and holds) only
     # the shards of its own devices, i.e. its own slice of the environment batch.
     init_seeds = jax.jit(
-        lambda seeds, hparams: jax.vmap(init_one)(jax.vmap(jax.random.key)(seeds), hparams),
+        lambda seeds, hparams: init_all(jax.vmap(jax.random.key)(seeds), hparams),
         out_shardings=state_shardings,
     )
     offsets = np.arange(config.num_seeds) if members is None else members.seed_offsets
@@ -236,7 +295,9 @@ def make_anakin(
             return_sum=jax.lax.psum(jnp.sum(info.episode_return), DATA_AXIS),
             length_sum=jax.lax.psum(jnp.sum(info.episode_length), DATA_AXIS),
         )
-        return AnakinState(learner_state, rollout_state, key, state.hparams), metrics
+        return state._replace(learner=learner_state, rollout=rollout_state, key=key), metrics
+
+    local_members = config.num_seeds // config.member_shards
 
     @functools.cache
     def make_step(k: int):
@@ -244,15 +305,36 @@ def make_anakin(
             def one_seed(state):
                 return jax.lax.scan(one_update, state, None, length=k)
 
-            if config.num_seeds == 1:  # no batch dimension of size 1 in every op
+            if local_members == 1:  # no batch dimension of size 1 in every op
                 state, metrics = one_seed(jax.tree.map(lambda x: x[0], state))
                 return jax.tree.map(lambda x: x[None], (state, metrics))
             return jax.vmap(one_seed)(state)
 
         sharded = jax.shard_map(
-            device_step, mesh=mesh, in_specs=(state_specs,), out_specs=(state_specs, P())
+            device_step,
+            mesh=mesh,
+            in_specs=(state_specs,),
+            out_specs=(state_specs, P(MEMBER_AXIS)),
         )
-        return jax.jit(sharded, donate_argnums=0)
+        # Metrics come back replicated: every process can read them, even when the members
+        # are split over processes (an all-gather of a few numbers per member).
+        out_shardings = (state_shardings, jax.sharding.NamedSharding(mesh, P()))
+        if periodic is None:
+            return jax.jit(sharded, donate_argnums=0, out_shardings=out_shardings)
+
+        def step(state: AnakinState):
+            state, metrics = sharded(state)
+            _, shapes = jax.eval_shape(periodic.apply, state)
+            due = state.learner.update_count[0] % periodic.interval == 0
+            state, events = jax.lax.cond(
+                due,
+                periodic.apply,
+                lambda s: (s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)),
+                state,
+            )
+            return state, metrics._replace(events={"due": due, **events})
+
+        return jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
 
     return Anakin(
         init=init,
@@ -261,6 +343,7 @@ def make_anakin(
         mesh=mesh,
         config=config,
         compiled={},
+        periodic=periodic,
     )
 
 
@@ -276,8 +359,9 @@ def choose_updates_per_call(num_updates: int, target_calls: int = 20) -> int:
 
 
 def params_checksum(params) -> float:
-    """The sum of every parameter (over every seed), in float64: a cheap equivalence check."""
-    return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(params)))
+    """The sum of every parameter (over every seed), in float64: a cheap equivalence check.
+    Members split over processes are gathered first (:func:`podracer.parallel.fetch`)."""
+    return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(fetch(params))))
 
 
 class RunResult(NamedTuple):
@@ -286,6 +370,7 @@ class RunResult(NamedTuple):
     summary: dict[str, Any]
     state: AnakinState
     history: dict[str, np.ndarray]  # per-update metrics [S, updates run by this call of run()]
+    events: tuple[dict[str, Any], ...] = ()  # the records of Periodic work (leaderboards)
 
 
 class RunHooks(Protocol):
@@ -340,7 +425,10 @@ def run(
         )
     k = config.updates_per_call or choose_updates_per_call(num_updates)
     k = min(k, num_updates)
-    interval = hooks.interval if hooks is not None else 0
+    intervals = [hooks.interval if hooks is not None else 0]
+    if system.periodic is not None:
+        intervals.append(system.periodic.interval)
+    interval = math.gcd(*intervals)  # calls end at multiples of every interval
     if interval:  # calls of one length where the interval allows
         k = max(d for d in range(1, min(k, interval) + 1) if interval % d == 0)
     schedule = call_schedule(start_update, num_updates, k, interval)
@@ -352,12 +440,20 @@ def run(
     compile_s = time.perf_counter() - t0
 
     chunks: list[UpdateMetrics] = []
+    events: list[dict[str, Any]] = []
     start = time.perf_counter()
     pending = None
     done_updates = start_update
 
     def report(metrics):
-        return _report(metrics, done_updates, num_updates, start, start_update, config, progress)
+        metrics = _report(metrics, done_updates, num_updates, start, start_update, config, progress)
+        if system.periodic is not None and bool(metrics.events["due"]):
+            for record in system.periodic.describe(metrics.events, done_updates):
+                record = {"step": done_updates * config.steps_per_update, **record}
+                events.append(record)
+                if progress is not None:
+                    progress(record)
+        return metrics
 
     with Watchdog("the Anakin step") as watchdog:  # armed only with several processes
         watchdog.beat()
@@ -402,7 +498,7 @@ def run(
         "final_return_per_seed": [None if np.isnan(r) else float(r) for r in per_seed_final],
         "params_checksum": params_checksum(state.learner.params),
     }
-    return RunResult(summary, state, history)
+    return RunResult(summary, state, history, tuple(events))
 
 
 def _deleted(state) -> bool:

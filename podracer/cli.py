@@ -60,6 +60,13 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         help="environment steps per seed (500000)",
     )
     parser.add_argument("--seed", type=int, default=None, help="run seed (seeds seed..seed+N-1)")
+    parser.add_argument(
+        "--population",
+        type=int,
+        default=None,
+        metavar="P",
+        help="tournament-based ensemble of P members (Anakin; --population.FIELD: its config)",
+    )
     parser.add_argument("--config", help="a YAML or JSON file with any keys of config.json")
     parser.add_argument(
         "--run-dir", "--run_dir", help="run directory (default runs/<env>-<agent>-<arch>-<time>)"
@@ -137,11 +144,12 @@ def parse_train_args(argv: Sequence[str]):
     selectors, rest = parser.parse_known_args(list(argv))
     file = load_config_file(selectors.config) if selectors.config else {}
     where = f"--config={selectors.config}"
-    unknown = sorted(set(file) - {*SELECTORS, "agent_config", "arch_config", "options"})
+    sections = ("agent_config", "arch_config", "options", "population")
+    unknown = sorted(set(file) - {*SELECTORS, *sections})
     if unknown:
         raise CLIError(
             f"{where}: unknown key(s) {', '.join(unknown)}; the keys are "
-            f"{', '.join(SELECTORS)}, agent_config, arch_config, options"
+            f"{', '.join(SELECTORS)}, {', '.join(sections)}"
         )
     for name, default in zip(SELECTORS, ("anakin", "ppo", None, 0, 500_000), strict=True):
         if getattr(selectors, name) is None:
@@ -173,14 +181,20 @@ def parse_train_args(argv: Sequence[str]):
         selectors, dataclass_from_dict(RunOptions, file.get("options", {}), f"{where}: options")
     )
 
-    spec = dataclasses.make_dataclass(
-        "TrainConfig",
-        [
-            ("agent", entry.config_cls, dataclasses.field(default=agent_default)),
-            ("arch", arch_cls, dataclasses.field(default=arch_default)),
-        ],
-        frozen=True,
-    )
+    fields = [
+        ("agent", entry.config_cls, dataclasses.field(default=agent_default)),
+        ("arch", arch_cls, dataclasses.field(default=arch_default)),
+    ]
+    population_default = _population_default(selectors, file, where)
+    if population_default is not None:
+        from podracer.population import PopulationConfig
+
+        fields.append(
+            ("population", PopulationConfig, dataclasses.field(default=population_default))
+        )
+    elif any(a.startswith("--population.") for a in rest):
+        raise CLIError("--population.FIELD needs --population P (the number of members) before it")
+    spec = dataclasses.make_dataclass("TrainConfig", fields, frozen=True)
     if selectors.help:
         parser.print_help()
         print()
@@ -192,7 +206,31 @@ def parse_train_args(argv: Sequence[str]):
         description=f"Config fields of --arch {selectors.arch} and --agent {selectors.agent}.",
         config=(tyro.conf.FlagConversionOff,),
     )
-    return selectors, parsed.agent, parsed.arch
+    selectors.population_config = getattr(parsed, "population", None)
+    arch_config = parsed.arch
+    if selectors.population_config is not None:
+        if selectors.arch != "anakin":
+            raise CLIError(
+                f"--population is not allowed with --arch {selectors.arch}: a population "
+                "trains on the Anakin loop (--arch anakin)"
+            )
+        # The members are the Anakin loop's vmapped seeds.
+        arch_config = dataclasses.replace(arch_config, num_seeds=selectors.population_config.size)
+    return selectors, parsed.agent, arch_config
+
+
+def _population_default(selectors, file, where):
+    """The PopulationConfig defaults: ``--config``'s ``population`` section, then
+    ``--population P`` as its size; None when neither is given."""
+    if selectors.population is None and file.get("population") is None:
+        return None
+    from podracer.population import PopulationConfig
+    from podracer.runs import dataclass_from_dict
+
+    values = dict(file.get("population") or {})
+    if selectors.population is not None:
+        values["size"] = selectors.population
+    return dataclass_from_dict(PopulationConfig, values, f"{where}: population")
 
 
 def _resume_spec(argv: Sequence[str]):
@@ -260,6 +298,7 @@ def train(argv: Sequence[str]) -> dict:
             agent_config=agent_config,
             arch_config=arch_config,
             options=selectors.options,
+            population=selectors.population_config,
         )
         run_dir = selectors.run_dir or runs.default_run_dir(spec)
         resume = False
@@ -313,6 +352,8 @@ def sweep(argv: Sequence[str]) -> list[dict]:
         rest = rest[:i] + rest[i + 2 :]
     grid = sweeps.Grid(values=values, seeds=seeds)
     selectors, agent_config, arch_config = parse_train_args(rest)
+    if selectors.population_config is not None:
+        raise CLIError("--population is not allowed in a sweep: use podracer train --population")
     sweeps.check_grid(selectors.agent, agent_config, grid)
     spec = runs.RunSpec(
         arch=selectors.arch,

@@ -5,7 +5,11 @@ Records are flat dicts of numbers (and per-member lists). Two kinds go through a
 - ``{"kind": "train", "step", "updates", "elapsed_s", "sps", "episode_return", "episode_returns",
   <learner metrics>...}`` after every call of the compiled step (Anakin) or every update (Sebulba);
 - ``{"kind": "eval", "step", "eval_return", "eval_return_std", "eval_returns", "episodes"}`` after
-  every periodic evaluation.
+  every periodic evaluation;
+- ``{"kind": "leaderboard", "step", "updates", "best_member", "best_score", "median_score",
+  "scores", "members": [...], "replaced": [...]}`` after every evaluation of a population
+  (:func:`podracer.population.leaderboard_record`); written to ``leaderboard.jsonl``, not to
+  ``metrics.jsonl``.
 
 ``step`` counts environment steps of one member (seed); ``episode_return`` is the mean over
 members, ``episode_returns`` the per-member values (``None`` where a member finished no episode).
@@ -77,6 +81,9 @@ class ConsoleProgress:
         self.write(record)
 
     def write(self, record: dict[str, Any]) -> None:
+        if record.get("kind") == "leaderboard":
+            self.console.print(leaderboard_line(record))
+            return
         if record.get("kind") == "eval":
             self.console.print(
                 f"[bold]eval[/] steps {record['step']:>11,}  return "
@@ -129,19 +136,50 @@ class ConsoleProgress:
             self._bar = None
 
 
-class JsonlWriter:
-    """One JSON object per line, flushed after every record (a run killed loses nothing)."""
+def leaderboard_line(record: dict[str, Any], top: int = 3) -> str:
+    """One console line of a leaderboard: the best members with their hyper-parameters, the
+    median score and the tournament's replacements (``member<-parent``)."""
 
-    def __init__(self, path: str):
+    def score(value):
+        return "n/a" if value is None else f"{value:.2f}"
+
+    def hparams(values):
+        return ", ".join(f"{k} {v:.3g}" for k, v in values.items())
+
+    best = "  ".join(
+        f"#{m['member']} {score(m['score'])} ({hparams(m['hparams'])})"
+        for m in record["members"][:top]
+    )
+    replaced = " ".join(f"{r['member']}<-{r['parent']}" for r in record["replaced"]) or "none"
+    return (
+        f"[bold]leaderboard[/] steps {record.get('step', 0):>11,}  best {best}  median "
+        f"{score(record['median_score'])}  replaced {replaced}"
+    )
+
+
+class JsonlWriter:
+    """One JSON object per line, flushed after every record (a run killed loses nothing).
+
+    ``kinds``: the record kinds written (default: all). The file is opened at the first record
+    written, so a run with no such record leaves no empty file.
+    """
+
+    def __init__(self, path: str, kinds: Sequence[str] | None = None):
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self.kinds = None if kinds is None else frozenset(kinds)
+        self._file = None
 
     def write(self, record: dict[str, Any]) -> None:
+        if self.kinds is not None and record.get("kind", "train") not in self.kinds:
+            return
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (see close())
         self._file.write(json.dumps(record, allow_nan=False, default=_json_default) + "\n")
         self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def _json_default(value):
@@ -241,7 +279,8 @@ def make_logger(
         backends.append(ConsoleProgress(total_steps))
     if run_dir is not None and is_main_process():
         os.makedirs(run_dir, exist_ok=True)
-        backends.append(JsonlWriter(os.path.join(run_dir, "metrics.jsonl")))
+        backends.append(JsonlWriter(os.path.join(run_dir, "metrics.jsonl"), ("train", "eval")))
+        backends.append(JsonlWriter(os.path.join(run_dir, "leaderboard.jsonl"), ("leaderboard",)))
         if tensorboard:
             backends.append(TensorBoardWriter(os.path.join(run_dir, "tb")))
         if wandb:

@@ -30,6 +30,10 @@ from podracer.config import ConfigError
 DATA_AXIS = "data"
 """The one name of the data-parallel axis, in every loop and in the learner core."""
 
+MEMBER_AXIS = "member"
+"""The mesh axis that Anakin's members (vmapped seeds, sweep or population members) are split
+over; each member's environments are split over :data:`DATA_AXIS`."""
+
 ENV_COORDINATOR = "PODRACER_COORDINATOR"
 ENV_NUM_PROCESSES = "PODRACER_NUM_PROCESSES"
 ENV_PROCESS_ID = "PODRACER_PROCESS_ID"
@@ -41,6 +45,11 @@ DEFAULT_TIMEOUT_S = 60.0
 STALLED_EXIT_CODE = 3
 """Exit status of a process whose :class:`Watchdog` saw no progress within its limit."""
 
+# Meshes use automatic sharding (``jax.make_mesh`` defaults to explicit axes): inside the loops
+# ``shard_map`` makes every axis manual, and outside it (a population's tournament, evaluation
+# over members) XLA propagates the shardings; a mesh built from a device list is the same.
+AUTO = jax.sharding.AxisType.Auto
+
 _timeout_s = DEFAULT_TIMEOUT_S  # set by initialize(); read by the loops' watchdogs
 
 
@@ -50,8 +59,43 @@ _timeout_s = DEFAULT_TIMEOUT_S  # set by initialize(); read by the loops' watchd
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A 1-D mesh over ``devices`` (default: every device of every process) named DATA_AXIS."""
     if devices is None:
-        return jax.make_mesh((jax.device_count(),), (DATA_AXIS,))
+        return jax.make_mesh((jax.device_count(),), (DATA_AXIS,), axis_types=(AUTO,))
     return Mesh(list(devices), (DATA_AXIS,))
+
+
+def member_mesh(devices: Sequence[jax.Device] | None = None, member_shards: int = 1) -> Mesh:
+    """A 2-D mesh ``(MEMBER_AXIS, DATA_AXIS)`` of shape ``(member_shards, D / member_shards)``
+    over ``devices`` (default: every device of every process).
+
+    Members are split over the first axis; each group of ``D / member_shards`` devices holds
+    whole members and splits their environments (and averages their gradients) over the second.
+    With ``member_shards=1`` it is :func:`data_mesh` with a leading axis of size one.
+    """
+    count = jax.device_count() if devices is None else len(devices)
+    if member_shards < 1 or count % member_shards:
+        raise ConfigError(
+            f"AnakinConfig.member_shards={member_shards} is not allowed on {count} devices: it "
+            f"must divide the device count ({count})"
+        )
+    shape = (member_shards, count // member_shards)
+    if devices is None:
+        return jax.make_mesh(shape, (MEMBER_AXIS, DATA_AXIS), axis_types=(AUTO, AUTO))
+    return Mesh(np.asarray(list(devices), dtype=object).reshape(shape), (MEMBER_AXIS, DATA_AXIS))
+
+
+def fetch(tree):
+    """NumPy copies of a pytree of arrays on every process; an array split over several
+    processes (a population's members over hosts) is gathered first. A collective when it
+    gathers: every process must call it in the same order."""
+
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+
+    return jax.tree.map(one, tree)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

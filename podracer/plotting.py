@@ -337,6 +337,91 @@ def plot_members(
     return _save(figure, out)
 
 
+LEADERBOARD_FILE = "leaderboard.jsonl"
+
+
+def read_leaderboard(run_dir: PathLike) -> list[dict[str, Any]]:
+    """The ``"leaderboard"`` records of a population run (``leaderboard.jsonl``), in order."""
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / LEADERBOARD_FILE
+    if not path.is_file():
+        raise ValueError(
+            f"{path} does not exist: a population run (podracer train --population P) writes it"
+        )
+    records = [r for r in _read_jsonl(path) if r.get("kind") == "leaderboard"]
+    if not records:
+        raise ValueError(f"{path} holds no leaderboard record")
+    return records
+
+
+def survivor_hparams(records: Sequence[dict[str, Any]]) -> dict[int, dict[str, np.ndarray]]:
+    """``{member: {name: values [R]}}``: the hyper-parameters each final member's *lineage*
+    trained with at each of the ``R`` leaderboards.
+
+    Walking back from the end, a member that the tournament of leaderboard ``r`` replaced was,
+    before it, its parent: the lineage continues in the parent's slot.
+    """
+    size = len(records[-1]["members"])
+    out = {}
+    for member in range(size):
+        slot = member
+        rows = []
+        for record in reversed(records):
+            for replaced in record["replaced"]:
+                if replaced["member"] == slot:
+                    slot = replaced["parent"]
+                    break
+            by_id = {m["member"]: m for m in record["members"]}
+            rows.append(by_id[slot]["hparams"])
+        rows.reverse()
+        out[member] = {name: np.asarray([row[name] for row in rows]) for name in rows[0]}
+    return out
+
+
+def plot_population(run_dir: PathLike, out: PathLike) -> Path:
+    """A population run: each member's score at every leaderboard (crosses mark the members the
+    tournament then replaced), and below, one panel per hyper-parameter, the values that each
+    survivor's lineage trained with. Writes a PNG."""
+    from matplotlib.figure import Figure
+
+    records = read_leaderboard(run_dir)
+    step = np.asarray([r.get("step", r["updates"]) for r in records], np.float64)
+    size = len(records[-1]["members"])
+    scores = np.asarray(
+        [[np.nan if s is None else s for s in r["scores"]] for r in records], np.float64
+    )  # [R, P]
+    lineages = survivor_hparams(records)
+    names = sorted(lineages[0])
+    figure = Figure(figsize=(8, 3 + 2.2 * len(names)), layout="constrained")
+    axes = figure.subplots(1 + len(names), 1, sharex=True, squeeze=False)[:, 0]
+    colors = [f"C{i % 10}" for i in range(size)]
+    for m in range(size):
+        axes[0].plot(step, scores[:, m], color=colors[m], linewidth=1.0, label=f"member {m}")
+        gone = [i for i, r in enumerate(records) if any(x["member"] == m for x in r["replaced"])]
+        axes[0].plot(step[gone], scores[gone, m], "x", color=colors[m], markersize=5)
+    axes[0].plot(step, np.nanmedian(scores, axis=1), "k--", linewidth=2.0, label="median")
+    axes[0].set_ylabel("evaluation score")
+    shared = _shared_config([run_dir])
+    title = f"population of {size}: score per member (x: replaced by the tournament)"
+    axes[0].set_title(f"{shared}\n{title}" if shared else title)
+    if size <= 16:
+        axes[0].legend(loc="best", fontsize="x-small", ncols=2)
+    for ax, name in zip(axes[1:], names, strict=True):
+        values = np.stack([lineages[m][name] for m in range(size)])  # [P, R]
+        for m in range(size):
+            ax.plot(step, values[m], color=colors[m], linewidth=1.0, drawstyle="steps-post")
+        positive = values[values > 0]
+        if positive.size == values.size and positive.max() / positive.min() > 20:
+            ax.set_yscale("log")
+        ax.set_ylabel(name)
+        ax.set_title(f"{name} along each survivor's lineage", fontsize="small")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("environment steps (per member)")
+    return _save(figure, out)
+
+
 def read_benchmarks(jsonl_paths: PathLike | Sequence[PathLike]) -> list[dict[str, Any]]:
     """The JSON-object lines of benchmark outputs; other lines (log text) are skipped."""
     records = []
@@ -450,6 +535,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--kind", choices=KINDS, default="train", help="record kind to read")
     parser.add_argument("--members", action="store_true", help="one line per member of one run")
     parser.add_argument(
+        "--population",
+        action="store_true",
+        help="a population run: scores per member and the survivors' hyper-parameters",
+    )
+    parser.add_argument(
         "--separate", action="store_true", help="one curve per run directory instead of pooling"
     )
     parser.add_argument(
@@ -470,6 +560,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.benchmark:
             out = plot_benchmark(args.paths, args.out, x=args.x, y=args.y)
+        elif args.population:
+            if len(args.paths) != 1:
+                raise ValueError(f"--population takes one run directory, got {len(args.paths)}")
+            out = plot_population(args.paths[0], args.out)
         elif args.members:
             if len(args.paths) != 1:
                 raise ValueError(f"--members takes one run directory, got {len(args.paths)}")
@@ -500,10 +594,13 @@ __all__ = [
     "mean_and_ci",
     "plot_benchmark",
     "plot_members",
+    "plot_population",
     "plot_runs",
     "read_benchmarks",
     "read_config",
+    "read_leaderboard",
     "read_metrics",
+    "survivor_hparams",
 ]
 
 if __name__ == "__main__":

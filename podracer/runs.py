@@ -4,6 +4,7 @@ A run directory holds::
 
     config.json      the full resolved RunSpec (load it back with load_spec)
     metrics.jsonl    "train" and "eval" records (podracer.logging)
+    leaderboard.jsonl  a population's "leaderboard" records (podracer.population)
     tb/              TensorBoard events
     checkpoints/     orbax checkpoints, one step directory per saved update count
 
@@ -29,6 +30,7 @@ import numpy as np
 from podracer.checkpoint import Checkpointer
 from podracer.config import ConfigError
 from podracer.logging import is_main_process, make_logger
+from podracer.parallel import fetch
 
 ARCHS = ("anakin", "sebulba")
 CONFIG_FILE = "config.json"
@@ -80,9 +82,17 @@ class RunSpec:
     agent_config: Any
     arch_config: Any
     options: RunOptions = RunOptions()
+    population: Any = None  # a PopulationConfig: tournament-based ensemble training (Anakin)
+
+    def __post_init__(self):
+        if self.population is not None and self.arch != "anakin":
+            raise ConfigError(
+                f"--population is not allowed with --arch {self.arch}: a population trains on "
+                "the Anakin loop (--arch anakin)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "arch": self.arch,
             "agent": self.agent,
             "env": self.env,
@@ -92,6 +102,9 @@ class RunSpec:
             "arch_config": dataclasses.asdict(self.arch_config),
             "options": dataclasses.asdict(self.options),
         }
+        if self.population is not None:
+            out["population"] = dataclasses.asdict(self.population)
+        return out
 
 
 def arch_config_cls(arch: str) -> type:
@@ -123,11 +136,18 @@ def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
     from podracer import agents
 
     known = {"arch", "agent", "env", "seed", "total_timesteps", "agent_config", "arch_config"}
-    unknown = sorted(set(data) - known - {"options"})
+    unknown = sorted(set(data) - known - {"options", "population"})
     if unknown:
         raise ConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(sorted(known))}"
-            ", options"
+            ", options, population"
+        )
+    population = None
+    if data.get("population") is not None:
+        from podracer.population import PopulationConfig
+
+        population = dataclass_from_dict(
+            PopulationConfig, data["population"], f"{where}: population"
         )
     agent = data.get("agent", "ppo")
     if agent not in agents.AGENTS:
@@ -147,6 +167,7 @@ def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
         ),
         arch_config=dataclass_from_dict(arch_cls, data.get("arch_config", {}), f"{where}: arch"),
         options=dataclass_from_dict(RunOptions, data.get("options", {}), f"{where}: options"),
+        population=population,
     )
 
 
@@ -195,7 +216,8 @@ def default_run_dir(spec: RunSpec, root: str = "runs") -> str:
 
         now = float(multihost_utils.broadcast_one_to_all(np.float64(now)))
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return os.path.join(root, f"{env}-{spec.agent}-{spec.arch}-{stamp}")
+    arch = spec.arch if spec.population is None else f"{spec.arch}-pop{spec.population.size}"
+    return os.path.join(root, f"{env}-{spec.agent}-{arch}-{stamp}")
 
 
 class _Hooks:
@@ -275,11 +297,11 @@ def anakin_evaluator(spec: RunSpec, system):
         env, agent, num_episodes=spec.options.eval_episodes, greedy=spec.options.eval_greedy
     )
     per_seed = jax.jit(jax.vmap(evaluate))
-    num_seeds = spec.arch_config.num_seeds
+    num_seeds = system.config.num_seeds
 
     def run(state, updates):
         keys = jax.random.split(eval_key(spec.seed, updates), num_seeds)
-        return np.asarray(per_seed(state.learner.params, keys))
+        return fetch(per_seed(state.learner.params, keys))
 
     return run
 
@@ -331,15 +353,7 @@ def train(
     written into ``run_dir``.
     """
     if spec.arch == "anakin":
-        from podracer import anakin
-
-        system = anakin.build(
-            spec.env,
-            spec.agent_config,
-            spec.arch_config,
-            total_timesteps=spec.total_timesteps,
-            devices=devices,
-        )
+        system = build_anakin(spec, devices)
         initial = system.init(spec.seed)
         jax.eval_shape(system.make_step(1), initial)  # sizes that do not divide fail here
     else:
@@ -376,6 +390,30 @@ def train(
     return summary
 
 
+def build_anakin(spec: RunSpec, devices=None):
+    """The Anakin system of a spec: a population's when ``spec.population`` is set."""
+    if spec.population is not None:
+        from podracer import population
+
+        return population.build(
+            spec.env,
+            spec.agent_config,
+            spec.arch_config,
+            spec.population,
+            total_timesteps=spec.total_timesteps,
+            devices=devices,
+        )
+    from podracer import anakin
+
+    return anakin.build(
+        spec.env,
+        spec.agent_config,
+        spec.arch_config,
+        total_timesteps=spec.total_timesteps,
+        devices=devices,
+    )
+
+
 def _train_anakin(spec, system, state, checkpointer, logger, resume, resume_step):
     from podracer import anakin
 
@@ -403,6 +441,10 @@ def _train_anakin(spec, system, state, checkpointer, logger, resume, resume_step
     result.summary.update(
         env=spec.env, arch="anakin", seed=spec.seed, devices=system.mesh.devices.size
     )
+    if spec.population is not None:
+        from podracer.population import final_scores
+
+        result.summary.update(population=spec.population.size, **final_scores(result.events))
     return result.summary
 
 
@@ -474,11 +516,7 @@ def evaluate_run(
     )
     with Checkpointer(run_dir, keep=spec.options.keep_checkpoints) as checkpointer:
         if spec.arch == "anakin":
-            from podracer import anakin
-
-            system = anakin.build(
-                spec.env, spec.agent_config, spec.arch_config, total_timesteps=spec.total_timesteps
-            )
+            system = build_anakin(spec)
             state, meta = checkpointer.restore(system.init(spec.seed), step)
             returns = anakin_evaluator(spec, system)(state, int(meta["updates"]))
         else:

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 import podracer.sebulba
-from podracer import anakin, cli
+from podracer import anakin, cli, parallel
 
 
 def main() -> int:
@@ -39,7 +39,7 @@ def main() -> int:
     if status == 0:
         result = results[0]
         params = result.params if hasattr(result, "params") else result.state.learner.params
-        leaves = [np.asarray(x) for x in jax.tree.leaves(params)]
+        leaves = [np.asarray(x) for x in jax.tree.leaves(parallel.fetch(params))]
         out_dir.mkdir(parents=True, exist_ok=True)
         np.savez(out_dir / f"params_{jax.process_index()}.npz", *leaves)
     return status

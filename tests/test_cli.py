@@ -97,6 +97,13 @@ def test_overrides_reach_the_configs():
         (["--agent.lr", "-1"], "PPOConfig.lr=-1.0 is not allowed"),
         (["--checkpoint-interval", "-2"], "--checkpoint-interval=-2 is not allowed"),
         (["--resume", "nowhere"], "'nowhere' is not a run directory"),
+        (["--population", "4", "--population.fraction", "0.9"], "fraction=0.9 is not allowed"),
+        (["--population.interval", "3"], "--population.FIELD needs --population P"),
+        (["--arch", "sebulba", "--population", "4"], "--population is not allowed with --arch"),
+        (
+            ["--population", "4", "--population.hparams", "lr", "epsilon"],
+            "names 'epsilon', which ppo cannot carry",
+        ),
     ],
 )
 def test_bad_values_exit_non_zero_with_one_line(args, message, monkeypatch, tmp_path):
@@ -218,5 +225,121 @@ def test_resume_eval_and_plot_from_the_command_line(tmp_path):
 
     out = tmp_path / "curves.png"
     plotted = podracer("plot", run, str(tmp_path / "straight"), "--out", str(out), timeout=120)
+    assert plotted.returncode == 0, plotted.stderr
+    assert out.stat().st_size > 10_000
+
+
+def test_sweep_from_the_command_line(tmp_path):
+    run = tmp_path / "sweep"
+    proc = podracer(
+        "sweep",
+        "--agent",
+        "ppo",
+        "--env",
+        "gymnax:CartPole-v1",
+        "--seeds",
+        "2",
+        "--sweep.lr",
+        "1e-3,3e-4",
+        "--total-timesteps",
+        "256",
+        "--arch.num-envs",
+        "4",
+        "--arch.rollout-len",
+        "16",
+        "--agent.num-minibatches",
+        "2",
+        "--run-dir",
+        str(run),
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+    assert [r["lr"] for r in rows] == [1e-3, 3e-4] and all(r["n"] == 2 for r in rows)
+    assert {"mean", "median", "iqm", "iqm_ci_low", "iqm_ci_high"} <= set(rows[0])
+    with open(run / "results.json") as f:
+        results = json.load(f)
+    assert [(m["lr"], m["seed"]) for m in results["members"]] == [
+        (1e-3, 0),
+        (1e-3, 1),
+        (3e-4, 0),
+        (3e-4, 1),
+    ]
+    with open(run / "config.json") as f:
+        assert json.load(f)["arch_config"]["num_seeds"] == 4
+    bad = podracer("sweep", "--sweep.max-grad-norm", "0.5,1", timeout=60)
+    assert bad.returncode == 2 and "--sweep.max-grad-norm is not allowed" in bad.stderr
+
+
+def test_population_from_the_command_line(tmp_path):
+    run = tmp_path / "pop"
+    common = [
+        "--arch.num-envs",
+        "4",
+        "--arch.rollout-len",
+        "16",
+        "--agent.num-minibatches",
+        "2",
+        "--agent.hidden-sizes",
+        "16",
+        "--quiet",
+    ]
+    proc = podracer(
+        "train",
+        "--population",
+        "4",
+        "--population.interval",
+        "2",
+        "--population.init",
+        "lr=1e-4:1e-2",
+        "--population.eval-episodes",
+        "2",
+        "--total-timesteps",
+        "384",
+        "--run-dir",
+        str(run),
+        *common,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["population"] == 4 and summary["num_seeds"] == 4
+    assert len(summary["final_scores"]) == 4 and summary["num_updates"] == 6
+    with open(run / "leaderboard.jsonl") as f:
+        boards = [json.loads(line) for line in f]
+    assert [b["updates"] for b in boards] == [2, 4, 6]
+    for board in boards:
+        assert {"step", "best_member", "best_score", "median_score", "members", "replaced"} <= set(
+            board
+        )
+        assert [m["rank"] for m in board["members"]] == [1, 2, 3, 4]
+        assert len(board["replaced"]) == 1  # floor(0.25 x 4)
+        member = board["members"][0]
+        assert set(member) == {
+            "member",
+            "score",
+            "rank",
+            "hparams",
+            "age",
+            "parent",
+            "since",
+            "copies",
+        }
+        assert set(member["hparams"]) == {"lr", "ent_coef"}
+    assert summary["final_scores"] == boards[-1]["scores"]
+    with open(run / "config.json") as f:
+        config = json.load(f)
+    assert config["population"]["size"] == 4 and config["population"]["init"] == ["lr=1e-4:1e-2"]
+    with open(run / "metrics.jsonl") as f:
+        assert {json.loads(line)["kind"] for line in f} == {"train"}
+
+    resumed = podracer("train", "--resume", str(run), "--total-timesteps", "512", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert again["start_update"] == 6 and again["num_updates"] == 8
+    with open(run / "leaderboard.jsonl") as f:
+        assert [json.loads(line)["updates"] for line in f] == [2, 4, 6, 8]
+
+    out = tmp_path / "population.png"
+    plotted = podracer("plot", str(run), "--population", "--out", str(out), timeout=120)
     assert plotted.returncode == 0, plotted.stderr
     assert out.stat().st_size > 10_000

@@ -133,6 +133,70 @@ def test_anakin_two_processes_equal_one_process_of_four_devices(tmp_path):
     assert lines[0]["params_checksum"] == pytest.approx(reference["params_checksum"], rel=1e-5)
 
 
+POPULATION_ARGS = [
+    "--agent",
+    "ppo",
+    "--env",
+    "gymnax:CartPole-v1",
+    "--population",
+    "4",
+    "--population.interval",
+    "2",
+    "--population.init",
+    "lr=1e-4:1e-2",
+    "--population.eval-episodes",
+    "2",
+    "--arch.member-shards",
+    "2",
+    "--arch.num-envs",
+    "4",
+    "--arch.rollout-len",
+    "16",
+    "--agent.num-minibatches",
+    "2",
+    "--agent.hidden-sizes",
+    "16",
+    "--total-timesteps",
+    "384",
+    "--quiet",
+]
+
+
+def test_population_split_over_two_processes_equals_one_process(tmp_path):
+    """4 members over 2 processes of 1 device each (2 members per process; the tournament's
+    copies cross processes) end as on 1 process with the members over its 2 devices."""
+    single = subprocess.Popen(
+        [sys.executable, str(WORKER), str(tmp_path / "single"), "train", *POPULATION_ARGS],
+        env=_env(2),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    try:
+        status, lines, err = _launch(2, POPULATION_ARGS, tmp_path / "multi", 1, timeout_s=200)
+        single_out, single_err = single.communicate(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        _kill([single])
+    assert single.returncode == 0, single_err[-3000:]
+    assert status == 0, err[-3000:]
+    assert sorted(line["process"] for line in lines) == [0, 1]
+    (reference,) = _json_lines(single_out)
+    assert lines[0]["final_scores"] == lines[1]["final_scores"]
+    np.testing.assert_allclose(lines[0]["final_scores"], reference["final_scores"])
+    p0 = _load(tmp_path / "multi" / "params_0.npz")
+    p1 = _load(tmp_path / "multi" / "params_1.npz")
+    ref = _load(tmp_path / "single" / "params_0.npz")
+    assert p0[0].shape[0] == 4  # every member, gathered from both processes
+    for a, b, r in zip(p0, p1, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-6)
+    with open(tmp_path / "multi" / "run" / "leaderboard.jsonl") as f:
+        boards = [json.loads(line) for line in f]
+    assert [b["updates"] for b in boards] == [2, 4, 6]  # written once, by process 0
+
+
 @pytest.mark.slow
 def test_sebulba_two_processes_learn_envpool_cartpole_with_equal_params(tmp_path):
     """Each process: one actor device (0) and one learner device (1); the learner mesh spans

@@ -159,6 +159,43 @@ def test_plot_members(tmp_path):
     assert plotting.main([str(run), str(run), "--out", str(out), "--members"]) == 2
 
 
+def board(updates, lrs, scores, replaced):
+    return {
+        "kind": "leaderboard",
+        "step": 64 * updates,
+        "updates": updates,
+        "scores": scores,
+        "members": [
+            {"member": m, "score": scores[m], "hparams": {"lr": lr}} for m, lr in enumerate(lrs)
+        ],
+        "replaced": [{"member": m, "parent": p} for m, p in replaced],
+    }
+
+
+LEADERBOARDS = [
+    board(2, [1.0, 2.0, 3.0], [1.0, 5.0, 9.0], [(0, 2)]),  # 0 becomes a copy of 2 (lr 3.75)
+    board(4, [3.75, 2.0, 3.0], [9.5, 2.0, 9.0], [(1, 0)]),  # 1 becomes a copy of 0 (lr 4.6875)
+    board(6, [3.75, 4.6875, 3.0], [10.0, 9.8, 9.0], []),
+]
+
+
+def test_survivor_hparams_follow_the_lineage_back():
+    lineages = plotting.survivor_hparams(LEADERBOARDS)
+    np.testing.assert_array_equal(lineages[0]["lr"], [3.0, 3.75, 3.75])  # 2's line, then 0's
+    np.testing.assert_array_equal(lineages[1]["lr"], [3.0, 3.75, 4.6875])  # 2 -> 0 -> 1
+    np.testing.assert_array_equal(lineages[2]["lr"], [3.0, 3.0, 3.0])
+
+
+def test_plot_population(tmp_path):
+    run = tmp_path / "pop"
+    run.mkdir()
+    (run / "leaderboard.jsonl").write_text("".join(json.dumps(b) + "\n" for b in LEADERBOARDS))
+    out = tmp_path / "population.png"
+    assert plotting.main([str(run), "--population", "--out", str(out)]) == 0
+    assert_png(out)
+    assert plotting.main([str(tmp_path), "--population", "--out", str(out)]) == 2  # no file
+
+
 def write_benchmarks(path):
     lines = []
     for num_envs, sps in [(4, 113_600.0), (64, 148_856.2), (1024, 133_300.0), (64, 140_000.0)]:

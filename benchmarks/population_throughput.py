@@ -1,0 +1,79 @@
+"""Population throughput: the cost of the training pool (1, 8, 64 members) against the
+environments alone.
+
+    python benchmarks/population_throughput.py                  # 1, 8 and 64 members
+    python benchmarks/population_throughput.py --sizes 16 --steps-per-member 100000
+
+PPO on ``gymnax:CartPole-v1`` (4 environments x 128 steps per member, the configuration of
+``anakin_throughput.py``), a leaderboard (8 greedy evaluation episodes per member) and a
+tournament every 10 updates. One JSON line per population size on stdout: ``sps`` (steps of
+every member together per second, after compiling, evaluation and tournaments included),
+``sps_per_member``, ``compile_s``, ``env_only_sps`` (the same ``members x num_envs``
+environments stepped with random actions in the same process, through the same scan structure),
+``ratio`` and the peak memory. A population of 1 has no one to replace: it is evaluated only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import jax
+from anakin_throughput import env_only_sps, peak_memory
+
+from podracer import anakin
+from podracer.agents import PPOConfig
+from podracer.anakin import AnakinConfig, choose_updates_per_call
+from podracer.population import PopulationConfig, build
+
+
+def bench(size: int, steps_per_member: int, num_envs: int = 4, rollout_len: int = 128) -> dict:
+    config = AnakinConfig(num_envs=num_envs, rollout_len=rollout_len)
+    population = PopulationConfig(
+        size=size, interval=10, tournament=size > 1, init=("lr=1e-5:1e-2",), eval_episodes=8
+    )
+    system = build(
+        "gymnax:CartPole-v1", PPOConfig(), config, population, total_timesteps=steps_per_member
+    )
+    result = anakin.run(system, seed=0, total_timesteps=steps_per_member)
+    summary = result.summary
+    num_updates = summary["num_updates"]
+    chunk = choose_updates_per_call(num_updates)
+    env_updates = max(chunk, min(num_updates, 2_000_000 // (size * config.steps_per_update)))
+    env_sps = env_only_sps("gymnax:CartPole-v1", size * num_envs, rollout_len, env_updates)
+    return {
+        "config": f"population-{size}",
+        "population": size,
+        "num_envs": num_envs,
+        "rollout_len": rollout_len,
+        "devices": system.mesh.devices.size,
+        "backend": jax.default_backend(),
+        "total_steps": summary["total_steps"] * size,
+        "sps": summary["sps"],
+        "sps_per_member": summary["sps"] / size,
+        "compile_s": summary["compile_s"],
+        "env_only_sps": env_sps,
+        "ratio": summary["sps"] / env_sps,
+        "leaderboards": len(result.events),
+        "final_median_score": result.events[-1]["median_score"] if result.events else None,
+        **peak_memory(),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--steps-per-member", type=int, default=100_000)
+    parser.add_argument("--out", help="also append the JSON lines to this file")
+    args = parser.parse_args(argv)
+    for size in args.sizes:
+        line = json.dumps(bench(size, args.steps_per_member))
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
