@@ -33,7 +33,7 @@ class ConfigSection(NamedTuple):
 
     title: str  # e.g. "--agent ppo"
     cls: type
-    prefix: str  # "agent" or "arch": flags are --<prefix>.<field-in-kebab-case>
+    prefix: str  # "agent", "arch" or "population": flags are --<prefix>.<field-in-kebab-case>
     note: str  # extra Markdown under the title ("" for none)
 
 
@@ -112,6 +112,7 @@ def sections() -> list[ConfigSection]:
     """The documented configs, in a fixed order: agents as in AGENTS, then the loops."""
     from podracer import agents
     from podracer.anakin import AnakinConfig
+    from podracer.population import PopulationConfig
     from podracer.sebulba import SebulbaConfig
 
     out = []
@@ -126,6 +127,15 @@ def sections() -> list[ConfigSection]:
         out.append(ConfigSection(f"--agent {name}", entry.config_cls, "agent", note))
     out.append(ConfigSection("--arch anakin", AnakinConfig, "arch", ""))
     out.append(ConfigSection("--arch sebulba", SebulbaConfig, "arch", ""))
+    out.append(
+        ConfigSection(
+            "--population P",
+            PopulationConfig,
+            "population",
+            "Tournament-based ensemble training on the Anakin loop (`docs/population.md`): "
+            "`--population P` sets `size`; the other fields are `--population.FIELD VALUE`.",
+        )
+    )
     return out
 
 

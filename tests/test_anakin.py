@@ -98,17 +98,28 @@ def test_final_return_takes_the_last_five_percent():
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole_four_seeds(one_device):
-    result = train(
-        "gymnax:CartPole-v1",
-        PPOConfig(),
-        AnakinConfig(num_envs=4, num_seeds=4),
+def test_ppo_learns_cartpole_four_seeds_and_evaluates_greedily(one_device, tmp_path):
+    """Trained through a run directory; its final checkpoint, evaluated on 10 fresh greedy
+    episodes per seed (`podracer eval`'s path), returns >= 475."""
+    from podracer import runs
+
+    spec = runs.RunSpec(
+        arch="anakin",
+        agent="ppo",
+        env="gymnax:CartPole-v1",
         seed=0,
         total_timesteps=500_000,
-        devices=one_device,
+        agent_config=PPOConfig(),
+        arch_config=AnakinConfig(num_envs=4, num_seeds=4),
+        options=runs.RunOptions(tensorboard=False),
     )
-    print(result.summary)
-    assert result.summary["final_return"] >= 475.0
+    summary = runs.train(spec, str(tmp_path / "run"), console=False, devices=one_device)
+    print(summary)
+    assert summary["final_return"] >= 475.0
+    evaluated = runs.evaluate_run(str(tmp_path / "run"), episodes=10)
+    print(evaluated)
+    assert evaluated["episodes"] == 4 * 10 and evaluated["greedy"]
+    assert evaluated["mean"] >= 475.0
 
 
 @pytest.mark.slow

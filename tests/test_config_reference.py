@@ -29,7 +29,9 @@ def test_every_field_appears_with_flag_default_and_help(section):
         value = field.default if field.default_factory is dataclasses.MISSING else None
         if value is None:
             value = field.default_factory()
-        written = " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        written = (
+            (" ".join(map(str, value)) or "(empty)") if isinstance(value, tuple) else str(value)
+        )
         flag = f"--{section.prefix}.{field.name.replace('_', '-')}"
         rows = [line for line in text.splitlines() if line.startswith(f"| `{flag}` |")]
         assert len(rows) == 1, flag

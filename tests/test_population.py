@@ -225,8 +225,9 @@ def test_tournament_off_members_are_independent_runs():
         != leaves(others.state.learner.params, 0)[0].tolist()
     )
     # And member i is the plain run with seed i and lr i (up to the rounding of a batch of 4
-    # against a batch of 1 in XLA:CPU's kernels).
-    for i, lr in enumerate(lrs):
+    # against a batch of 1 in XLA:CPU's kernels); two of the four, to keep the test short.
+    for i in (1, 3):
+        lr = lrs[i]
         alone = train(
             ENV,
             dataclasses.replace(PPO, lr=lr),

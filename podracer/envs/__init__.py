@@ -7,6 +7,8 @@ environment of gymnax (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...)
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
+from typing import Any
 
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax import DISCRETE_IDS, GymnaxEnvironment
@@ -14,16 +16,33 @@ from podracer.envs.wrappers import EpisodeStatistics
 
 KNOWN_IDS: tuple[str, ...] = ("catch", *(f"gymnax:{name}" for name in DISCRETE_IDS))
 
+_REGISTRY: dict[str, Callable[..., Any]] = {}
+
+
+def register(env_id: str, factory: Callable[..., Any]) -> None:
+    """Makes ``make(env_id, **kwargs)`` return ``factory(**kwargs)``: an environment of your own
+    (see ``docs/environments.md``) for every loop, the sweeps and the population. An id that is
+    built in, or already registered, is an error."""
+    if env_id in KNOWN_IDS or env_id.startswith(("gymnax:", "envpool:")):
+        raise ValueError(f"register: {env_id!r} is a built-in id; choose another name")
+    if env_id in _REGISTRY:
+        raise ValueError(f"register: {env_id!r} is already registered")
+    _REGISTRY[env_id] = factory
+
 
 def make(env_id: str, **kwargs):
-    """Builds the environment ``env_id`` (see :data:`KNOWN_IDS`); kwargs go to its constructor."""
+    """Builds the environment ``env_id`` (see :data:`KNOWN_IDS` and :func:`register`); kwargs go
+    to its constructor."""
+    if env_id in _REGISTRY:
+        return _REGISTRY[env_id](**kwargs)
     if env_id == "catch":
         return Catch(**kwargs)
     if env_id.startswith("gymnax:") and env_id in KNOWN_IDS:
         return GymnaxEnvironment(env_id.removeprefix("gymnax:"), **kwargs)
-    close = difflib.get_close_matches(env_id, KNOWN_IDS, n=1)
+    known = (*KNOWN_IDS, *_REGISTRY)
+    close = difflib.get_close_matches(env_id, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"unknown environment id {env_id!r}.{hint} Known ids: {', '.join(KNOWN_IDS)}")
+    raise ValueError(f"unknown environment id {env_id!r}.{hint} Known ids: {', '.join(known)}")
 
 
-__all__ = ["KNOWN_IDS", "Catch", "EpisodeStatistics", "GymnaxEnvironment", "make"]
+__all__ = ["KNOWN_IDS", "Catch", "EpisodeStatistics", "GymnaxEnvironment", "make", "register"]

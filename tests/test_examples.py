@@ -1,0 +1,104 @@
+"""The extension examples: an agent in one file (A2C) and an environment of one's own (the
+corridor), each used through the library as the docs describe."""
+
+import importlib.util
+import pathlib
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from podracer import envs
+from podracer.anakin import AnakinConfig, train
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture
+def load():
+    """Imports an example module (which registers its agent or environment); afterwards the
+    registrations are undone, so the other tests see the library's own registries."""
+    from podracer import agents
+
+    loaded = []
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        loaded.append(name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    agents.AGENTS.pop("a2c", None)
+    envs._REGISTRY.pop("corridor", None)
+    for name in loaded:
+        sys.modules.pop(name, None)
+
+
+def test_corridor_dynamics_and_registration(load):
+    load("custom_env")
+    env = envs.make("corridor", length=3, max_steps=3)
+    params = env.default_params
+    state, ts = env.reset(jax.random.key(0), params)
+    np.testing.assert_array_equal(ts.obs, [1, 0, 0])
+    state, ts = env.step(jax.random.key(1), state, 0, params)  # left at the wall: stays
+    assert float(ts.reward) == pytest.approx(-0.01) and not ts.terminated and not ts.truncated
+    state, ts = env.step(jax.random.key(2), state, 1, params)  # to the middle
+    np.testing.assert_array_equal(ts.obs, ts.final_obs)
+    state, ts = env.step(jax.random.key(3), state, 1, params)  # the goal, at step 3: terminated
+    assert bool(ts.terminated) and not bool(ts.truncated)
+    assert float(ts.reward) == pytest.approx(0.99)
+    np.testing.assert_array_equal(ts.final_obs, [0, 0, 1])
+    np.testing.assert_array_equal(ts.obs, [1, 0, 0])  # auto-reset
+    for action in (0, 0, 0):  # three steps at the left wall: the time limit truncates
+        state, ts = env.step(jax.random.key(4), state, action, params)
+    assert bool(ts.truncated) and not bool(ts.terminated)
+    with pytest.raises(ValueError, match="already registered"):
+        envs.register("corridor", object)
+    with pytest.raises(ValueError, match="built-in id"):
+        envs.register("gymnax:CartPole-v1", object)
+    with pytest.raises(ValueError, match=r"unknown environment id 'coridor'.*'corridor'"):
+        envs.make("coridor")
+
+
+def test_ppo_learns_the_registered_corridor(load):
+    load("custom_env")
+    from podracer.agents import PPOConfig
+
+    result = train(
+        "corridor",
+        PPOConfig(),
+        AnakinConfig(num_envs=8, rollout_len=64),
+        total_timesteps=60_000,
+        devices=jax.devices()[:1],
+    )
+    # The optimum is 1 - 0.01 x 7 = 0.93 (7 steps right); a random walk mostly hits the limit.
+    assert result.summary["final_return"] >= 0.83
+
+
+@pytest.mark.slow
+def test_a2c_in_one_file_learns_with_anakin_and_runs_with_sebulba(two_devices, load):
+    a2c = load("a2c_agent")
+    from podracer import sebulba
+    from podracer.sebulba import SebulbaConfig
+
+    config = a2c.A2CConfig()
+    result = train(
+        "gymnax:CartPole-v1",
+        config,
+        AnakinConfig(num_envs=16, rollout_len=16, num_seeds=2),
+        total_timesteps=100_000,
+        devices=two_devices[:1],
+    )
+    assert min(result.summary["final_return_per_seed"]) >= 100  # random play: about 22
+    run = sebulba.train(
+        "envpool:CartPole-v1",
+        config,
+        SebulbaConfig(learner_device_ids=(1,), envs_per_actor=8, rollout_len=16),
+        total_timesteps=3 * 8 * 16,
+        devices=two_devices,
+    )
+    assert run.summary["num_updates"] == 3 and np.isfinite(run.summary["params_checksum"])
