@@ -101,14 +101,16 @@ def straight_line(agent_name: str, torso: str, traj: Trajectory, repeats: int) -
     minibatch = jax.tree.map(lambda x: x[:size], batch)
 
     @jax.jit
-    def sgd_step(params, opt_state, key):
+    def sgd_step(params, opt_state, minibatch, key):
+        # The minibatch is an argument: closed over, it would be a constant that XLA folds
+        # through the whole network at compile time (minutes for a batch of frames).
         grads, _ = jax.grad(agent.loss, has_aux=True)(params, minibatch, key)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     def all_steps(params, opt_state):
         for i in range(config.num_epochs * config.num_minibatches):
-            params, opt_state = sgd_step(params, opt_state, jax.random.key(i))
+            params, opt_state = sgd_step(params, opt_state, minibatch, jax.random.key(i))
         return params
 
     _, seconds = timed(all_steps, params, opt_state, repeats=repeats)
@@ -122,12 +124,16 @@ def main(argv=None) -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--rollout-len", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--unrolls", default="true,1", help="true (no loops) and/or 1 (the loops; minutes)"
+    )
     args = parser.parse_args(argv)
     traj = example_trajectory(args.rollout_len, args.num_envs, num_actions=4)
     for agent_name in args.agents.split(","):
         for torso in args.torsos.split(","):
             loose = straight_line(agent_name, torso, traj, args.repeats)
-            for unroll in (True, 1):  # the slow one last
+            choices = {"true": True, "1": 1}
+            for unroll in (choices[u] for u in args.unrolls.split(",")):  # the slow one last
                 line = bench(agent_name, torso, unroll, traj, args.repeats)
                 line["separate_calls_s"] = round(loose, 4)
                 line["slowdown_vs_separate"] = round(line["update_s"] / loose, 2)

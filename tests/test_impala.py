@@ -54,8 +54,19 @@ def test_prepare_gives_batch_major_sequences(setup):
     np.testing.assert_array_equal(batch.behaviour_log_prob, traj.behaviour.log_prob.T)
 
 
-def test_loss_equals_a_time_major_reference(setup):
-    agent, params, traj = setup
+@pytest.fixture(scope="module")
+def clean():
+    """A trajectory as the rollout made it: no truncation before the end of a sequence, so the
+    loss takes its bootstrap values from the values of the next observations."""
+    agent, _ = agents.build(CONFIG, 2, num_updates=1)
+    params, traj = collect(agent, rollout_len=32, seed=4)
+    assert not np.any(traj.truncated[:-1]) and np.any(traj.terminated)  # episodes ended inside
+    return agent, params, traj
+
+
+@pytest.mark.parametrize("which", ["setup", "clean"])
+def test_loss_equals_a_time_major_reference(which, request):
+    agent, params, traj = request.getfixturevalue(which)
     total, metrics = jax.jit(lambda p, t: loss_of(agent, p, t))(params, traj)
 
     network = ActorCritic(num_actions=2, hidden_sizes=CONFIG.hidden_sizes)

@@ -112,3 +112,23 @@ def test_minibatch_count_must_divide_the_batch():
     state = learner.init(jax.random.key(0), traj.obs[0, 0])
     with pytest.raises(ValueError, match="num_minibatches=3 does not divide the 32 samples"):
         learner.update(state, traj)
+
+
+def test_unrolled_update_has_no_loops_and_equals_the_scanned_one():
+    """``unroll=True`` (chosen for image torsos on CPU) is straight-line SGD: the compiled update
+    keeps only the agent's own loop (GAE's scan), and computes what the scanned update does."""
+    config = PPOConfig(num_epochs=2, num_minibatches=2, hidden_sizes=(16,), anneal_lr=False)
+    agent, optimizer = build(config, num_actions=2, num_updates=1)
+    _, traj = collect("gymnax:CartPole-v1", agent, num_envs=4, rollout_len=8)
+    results, loops = [], []
+    for unroll in (1, True):
+        learner = make_learner(agent, optimizer, num_epochs=2, num_minibatches=2, unroll=unroll)
+        state = learner.init(jax.random.key(3), traj.obs[0, 0])
+        update = jax.jit(learner.update)
+        loops.append(update.lower(state, traj).as_text().count("stablehlo.while"))
+        results.append(update(state, traj))
+    assert loops[0] - loops[1] == 2  # the epoch and the minibatch loops are gone
+    (scanned, scanned_metrics), (unrolled, unrolled_metrics) = results
+    for a, b in zip(jax.tree.leaves(scanned.params), jax.tree.leaves(unrolled.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(scanned_metrics["loss"], unrolled_metrics["loss"], rtol=1e-6)

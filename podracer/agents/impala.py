@@ -22,6 +22,7 @@ actor-learner architectures", https://arxiv.org/abs/1802.01561.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -148,6 +149,27 @@ def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
         )
         return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
 
+    def bootstrap_values(params, batch: IMPALABatch, v_obs):
+        """``v(bootstrap_obs) [B, T]`` from the values of ``obs`` already computed: inside an
+        episode ``bootstrap_obs[t] == obs[t + 1]`` (the Trajectory contract), so only the last
+        step's and the truncated steps' observations need the network, the latter only when a
+        sequence has a truncation before its end (rare; a lax.cond skips the pass otherwise).
+        A termination's bootstrap is discarded, whatever it is. This is one forward pass over
+        the batch fewer than evaluating every ``bootstrap_obs``."""
+        value = functools.partial(network.apply, params, method=ActorCritic.value)
+        tail = value(batch.bootstrap_obs[:, -1])  # [B]
+        shifted = jnp.concatenate([v_obs[:, 1:], tail[:, None]], axis=1)
+
+        def with_truncations(_):
+            num_seqs, num_steps = batch.reward.shape
+            every = value(batch.bootstrap_obs.reshape(num_seqs * num_steps, *batch.obs.shape[2:]))
+            return jnp.where(batch.truncated, every.reshape(num_seqs, num_steps), shifted)
+
+        v_t = jax.lax.cond(
+            jnp.any(batch.truncated[:, :-1]), with_truncations, lambda _: shifted, None
+        )
+        return jax.lax.stop_gradient(v_t)
+
     def loss(params, batch: IMPALABatch, key):
         del key
         num_seqs, num_steps = batch.reward.shape
@@ -160,7 +182,7 @@ def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
 
         logits, v_tm1 = network.apply(params, flat(batch.obs))
         logits, v_tm1 = unflat(logits), unflat(v_tm1)
-        v_t = unflat(network.apply(params, flat(batch.bootstrap_obs), method=ActorCritic.value))
+        v_t = bootstrap_values(params, batch, jax.lax.stop_gradient(v_tm1))
         log_probs = jax.nn.log_softmax(logits)
         log_prob = select(log_probs, batch.action)
         log_rho = log_prob - batch.behaviour_log_prob

@@ -52,10 +52,12 @@ def make_learner(
       num_epochs, num_minibatches: SGD passes and minibatches per pass; the number of samples
         per device must be divisible by ``num_minibatches``.
       axis_name: the data-parallel axis (``podracer.parallel.DATA_AXIS``) or None on one device.
-      unroll: ``unroll`` of the epoch and minibatch ``lax.scan``s; ``True`` makes the update
-        straight-line code. XLA:CPU runs convolution backward passes inside loops many times
-        slower than outside (``benchmarks/learner_unroll.py``), so the loops choose it there for
-        the image torsos (:func:`choose_unroll`); other backends keep the loops.
+      unroll: ``unroll`` of the epoch and minibatch ``lax.scan``s; ``True`` replaces them by
+        Python loops, so the update is straight-line code with no XLA loop at all. XLA:CPU runs
+        convolution backward passes inside loops many times slower than outside (17x for an
+        IMPALA ResNet step, ``benchmarks/learner_unroll.py``; ``lax.scan(unroll=True)`` is not
+        enough: it keeps a one-trip loop around the unrolled body), so the loops choose it there
+        for the image torsos (:func:`choose_unroll`); other backends keep the loops.
     """
     if num_epochs < 1:
         raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
@@ -105,6 +107,18 @@ def make_learner(
         params = optax.apply_updates(params, updates)
         return (params, opt_state), metrics
 
+    def scan(body, carry, xs):
+        """``lax.scan``, or with ``unroll=True`` a Python loop: straight-line code with no XLA
+        loop at all (``lax.scan(unroll=True)`` keeps a one-trip loop around the unrolled body,
+        and XLA:CPU runs a convolution's backward pass inside it as slowly as in any loop)."""
+        if unroll is not True:
+            return jax.lax.scan(body, carry, xs, unroll=unroll)
+        outs = []
+        for i in range(jax.tree.leaves(xs)[0].shape[0]):
+            carry, out = body(carry, jax.tree.map(lambda x, i=i: x[i], xs))
+            outs.append(out)
+        return carry, jax.tree.map(lambda *x: jnp.stack(x), *outs)
+
     def update(state: LearnerState, traj: Trajectory):
         key, epochs_key = jax.random.split(state.key)
         batch = agent.prepare(state.params, traj, mean_fn)
@@ -128,13 +142,10 @@ def make_learner(
                 lambda x: x.reshape(num_minibatches, size, *x.shape[1:]), shuffled
             )
             keys = jax.random.split(loss_key, num_minibatches)
-            return jax.lax.scan(sgd_step, carry, (minibatches, keys), unroll=unroll)
+            return scan(sgd_step, carry, (minibatches, keys))
 
-        (params, opt_state), metrics = jax.lax.scan(
-            epoch,
-            (state.params, state.opt_state),
-            jax.random.split(epochs_key, num_epochs),
-            unroll=unroll,
+        (params, opt_state), metrics = scan(
+            epoch, (state.params, state.opt_state), jax.random.split(epochs_key, num_epochs)
         )
         metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
         new_state = LearnerState(params, opt_state, key, state.update_count + 1)
