@@ -1,20 +1,26 @@
-"""One learner update of an image agent, with its epoch and minibatch loops as ``lax.scan`` or
-unrolled, on the default backend.
+"""One learner update of an image agent, laid out in the ways ``make_learner`` offers (epoch and
+minibatch loops as ``lax.scan`` or unrolled; gradients over whole minibatches or accumulated
+over slices), on the default backend.
 
     python benchmarks/learner_unroll.py                       # PPO and IMPALA, IMPALA ResNet
+    python benchmarks/learner_unroll.py --unrolls true,1      # also the loops (minutes per update)
     python benchmarks/learner_unroll.py --torsos nature_cnn,impala_resnet --agents ppo
 
 XLA:CPU runs convolution backward passes inside loops much slower than the same computation
-outside one (jax-ml/jax#12868); this measures it on the batch Sebulba's Breakout benchmark uses
-(16 environments x 32 steps of 4 x 84 x 84 uint8 frames). One JSON line per configuration with
-the seconds per update, the compile seconds and, in the same process, the seconds of the same SGD
-steps run one by one as separate jitted calls (no loop at all).
+outside one (jax-ml/jax#12868), and over a large batch slower per frame than over a small one;
+this measures both on the batch Sebulba's Breakout benchmark uses (16 environments x 32 steps of
+4 x 84 x 84 uint8 frames). One JSON line per configuration with the seconds per update
+(``update_s``), environment steps learnt per second (``sps``), the compile seconds, the peak
+memory and, in the same process, the seconds of the same SGD steps run one by one as separate
+jitted calls (no loop, whole minibatches). The environment does not take part here; its speed is
+in ``sebulba_throughput.py``'s ``env_only_sps``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 
 import jax
@@ -59,7 +65,9 @@ def timed(fn, *args, repeats: int):
     return first, (time.perf_counter() - start) / repeats
 
 
-def bench(agent_name: str, torso: str, unroll, traj: Trajectory, repeats: int) -> dict:
+def bench(
+    agent_name: str, torso: str, unroll, microbatch_steps: int, traj: Trajectory, repeats: int
+) -> dict:
     entry = agents.get(agent_name)
     config = entry.config_cls(torso=torso, shared_torso=True)
     agent, optimizer = agents.build(config, num_actions=4, num_updates=1000)
@@ -69,6 +77,7 @@ def bench(agent_name: str, torso: str, unroll, traj: Trajectory, repeats: int) -
         num_epochs=config.num_epochs,
         num_minibatches=config.num_minibatches,
         unroll=unroll,
+        microbatch_steps=microbatch_steps,
     )
     state = learner.init(jax.random.key(0), traj.obs[0, 0])
     traj = jax.device_put(traj)
@@ -78,11 +87,14 @@ def bench(agent_name: str, torso: str, unroll, traj: Trajectory, repeats: int) -
         "agent": agent_name,
         "torso": torso,
         "unroll": unroll,
+        "microbatch_steps": microbatch_steps,
         "backend": jax.default_backend(),
         "epochs": config.num_epochs,
         "minibatches": config.num_minibatches,
         "update_s": round(per_update, 4),
+        "sps": round(traj.reward.size / per_update, 1),
         "compile_s": round(first - per_update, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
 
@@ -125,7 +137,12 @@ def main(argv=None) -> None:
     parser.add_argument("--rollout-len", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--unrolls", default="true,1", help="true (no loops) and/or 1 (the loops; minutes)"
+        "--unrolls", default="true", help="true (no loops) and/or 1 (the loops; minutes)"
+    )
+    parser.add_argument(
+        "--microbatches",
+        default="0,32",
+        help="gradient slice sizes in steps (0: whole minibatches), comma-separated",
     )
     args = parser.parse_args(argv)
     traj = example_trajectory(args.rollout_len, args.num_envs, num_actions=4)
@@ -134,10 +151,11 @@ def main(argv=None) -> None:
             loose = straight_line(agent_name, torso, traj, args.repeats)
             choices = {"true": True, "1": 1}
             for unroll in (choices[u] for u in args.unrolls.split(",")):  # the slow one last
-                line = bench(agent_name, torso, unroll, traj, args.repeats)
-                line["separate_calls_s"] = round(loose, 4)
-                line["slowdown_vs_separate"] = round(line["update_s"] / loose, 2)
-                print(json.dumps(line), flush=True)
+                for steps in (int(m) for m in args.microbatches.split(",")):
+                    line = bench(agent_name, torso, unroll, steps, traj, args.repeats)
+                    line["separate_calls_s"] = round(loose, 4)
+                    line["slowdown_vs_separate"] = round(line["update_s"] / loose, 2)
+                    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

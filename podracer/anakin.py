@@ -30,7 +30,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from podracer.config import ConfigError, check_positive
-from podracer.core.learner import choose_unroll, make_learner
+from podracer.core.learner import LearnerExecution, choose_execution, make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
 from podracer.parallel import DATA_AXIS, MEMBER_AXIS, Watchdog, fetch, member_mesh
@@ -54,6 +54,10 @@ class AnakinConfig:
     learner_unroll: int = 0
     """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
     image torsos on CPU, loops elsewhere)."""
+    learner_microbatch: int = 0
+    """Environment steps per gradient slice: each minibatch's gradient is accumulated over
+    slices of at most this many steps (0: automatic — 32 for the image torsos on CPU, where it
+    is 2-3x faster, one slice elsewhere; a value >= the minibatch gives one slice)."""
     member_shards: int = 1
     """Devices the seed (member) axis is split over; each group of ``devices / member_shards``
     devices splits its members' environments. Must divide ``num_seeds`` and the device count."""
@@ -66,11 +70,12 @@ class AnakinConfig:
                 "it must be >= 0 (0 chooses it from the run length)"
             )
         check_positive(self, "rollout_unroll", "member_shards")
-        if self.learner_unroll < 0:
-            raise ConfigError(
-                f"AnakinConfig.learner_unroll={self.learner_unroll} is not allowed: it must be "
-                ">= 0 (0 chooses it from the backend and the torso)"
-            )
+        for field in ("learner_unroll", "learner_microbatch"):
+            if getattr(self, field) < 0:
+                raise ConfigError(
+                    f"AnakinConfig.{field}={getattr(self, field)} is not allowed: it must be >= 0 "
+                    "(0 chooses it from the backend and the torso)"
+                )
 
     @property
     def steps_per_update(self) -> int:
@@ -158,20 +163,21 @@ def make_anakin(
     updates_per_call: int = 1,
     devices: Sequence[jax.Device] | None = None,
     env_params: Any = None,
-    learner_unroll: int | bool | None = None,
+    execution: LearnerExecution | None = None,
     members: Members | None = None,
     periodic: Periodic | None = None,
 ) -> Anakin:
     """Builds the Anakin system for ``env`` (an on-device :class:`~podracer.types.Environment`).
 
     The environment is wrapped in :class:`~podracer.envs.EpisodeStatistics` for the episode
-    metrics. ``devices`` defaults to every device of every process. ``learner_unroll`` (default:
-    ``config.learner_unroll``, 0 meaning 1) is the learner's ``unroll``; :func:`build` chooses it
-    with :func:`~podracer.core.learner.choose_unroll`. With ``members``, the ``num_seeds``
-    vmapped runs are members with hyper-parameters of their own, carried in the state as traced
-    values: the agent and optimizer are built per member inside the program, so members differ
-    without a recompile. With ``periodic``, every step that ends at a multiple of
-    ``periodic.interval`` updates ends with ``periodic.apply`` (:class:`Periodic`).
+    metrics. ``devices`` defaults to every device of every process. ``execution`` is the
+    learner's layout (default: ``config.learner_unroll`` or 1, ``config.learner_microbatch``);
+    :func:`build` chooses it with :func:`~podracer.core.learner.choose_execution`. With
+    ``members``, the ``num_seeds`` vmapped runs are members with hyper-parameters of their own,
+    carried in the state as traced values: the agent and optimizer are built per member inside
+    the program, so members differ without a recompile. With ``periodic``, every step that ends
+    at a multiple of ``periodic.interval`` updates ends with ``periodic.apply``
+    (:class:`Periodic`).
 
     The mesh is ``(MEMBER_AXIS, DATA_AXIS)`` (:func:`~podracer.parallel.member_mesh`) with
     ``config.member_shards`` groups of devices; each group splits its members' environments.
@@ -194,7 +200,8 @@ def make_anakin(
         raise ConfigError(f"AnakinConfig.num_envs={config.num_envs} is not allowed {where}")
     env = EpisodeStatistics(env)
     env_params = env.default_params if env_params is None else env_params
-    unroll = learner_unroll if learner_unroll is not None else (config.learner_unroll or 1)
+    if execution is None:
+        execution = LearnerExecution(config.learner_unroll or 1, config.learner_microbatch)
     if members is not None:
         for name, values in members.hparams.items():
             if np.shape(values) != (config.num_seeds,):
@@ -219,7 +226,7 @@ def make_anakin(
             num_epochs=num_epochs,
             num_minibatches=num_minibatches,
             axis_name=DATA_AXIS,
-            unroll=unroll,
+            **execution._asdict(),
         )
         rollout = make_rollout(
             env, member_agent.act, config.rollout_len, unroll=config.rollout_unroll
@@ -593,7 +600,7 @@ def build(
         num_epochs=agent_config.num_epochs,
         num_minibatches=agent_config.num_minibatches,
         devices=devices,
-        learner_unroll=choose_unroll(agent_config, devices, config.learner_unroll),
+        execution=choose_execution(agent_config, config, devices),
     )
 
 

@@ -478,7 +478,7 @@ def build(
     initial values explicitly (``{name: [P values]}``), in place of ``population.init``.
     """
     from podracer import agents, anakin, envs
-    from podracer.core.learner import choose_unroll
+    from podracer.core.learner import choose_execution
 
     name = agent_name(agent_config)
     bounds = spaces(name, population)
@@ -508,7 +508,7 @@ def build(
         num_epochs=agent_config.num_epochs,
         num_minibatches=agent_config.num_minibatches,
         devices=devices,
-        learner_unroll=choose_unroll(agent_config, devices, config.learner_unroll),
+        execution=choose_execution(agent_config, config, devices),
         members=anakin.Members(
             build=build_member, hparams=initial, seed_offsets=np.arange(population.size)
         ),

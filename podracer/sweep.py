@@ -113,7 +113,7 @@ def sweep_anakin(
     """Runs the whole grid as one Anakin program; returns :class:`podracer.anakin.RunResult`
     (``num_seeds`` = members) and the member table."""
     from podracer import anakin, envs
-    from podracer.core.learner import choose_unroll
+    from podracer.core.learner import choose_execution
 
     check_grid(agent, agent_config, grid)
     env = envs.make(env_id)
@@ -131,7 +131,7 @@ def sweep_anakin(
         num_epochs=agent_config.num_epochs,
         num_minibatches=agent_config.num_minibatches,
         devices=devices,
-        learner_unroll=choose_unroll(agent_config, devices, config.learner_unroll),
+        execution=choose_execution(agent_config, config, devices),
         members=team,
     )
     result = anakin.run(system, seed=seed, total_timesteps=total_timesteps, progress=progress)

@@ -8,8 +8,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.agents import PPOConfig, QLambdaConfig, build
+from podracer.agents import IMPALAConfig, PPOConfig, QLambdaConfig, build
+from podracer.anakin import AnakinConfig
+from podracer.config import ConfigError
 from podracer.core import make_learner, make_rollout, reset_envs
+from podracer.core.learner import choose_execution
 from podracer.parallel import DATA_AXIS, data_mesh
 
 
@@ -132,3 +135,116 @@ def test_unrolled_update_has_no_loops_and_equals_the_scanned_one():
     for a, b in zip(jax.tree.leaves(scanned.params), jax.tree.leaves(unrolled.params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(scanned_metrics["loss"], unrolled_metrics["loss"], rtol=1e-6)
+
+
+class ShapeRecorder:
+    """The agent with a loss that records, while it is traced, the sample count it is given."""
+
+    def __init__(self, agent):
+        self.agent, self.sizes = agent, []
+
+    def loss(self, params, batch, key):
+        self.sizes.append(jax.tree.leaves(batch)[0].shape[0])
+        return self.agent.loss(params, batch, key)
+
+    def wrapped(self):
+        return self.agent._replace(loss=self.loss)
+
+
+@pytest.mark.parametrize(
+    ("agent_name", "microbatch_steps", "slice_size"),
+    [
+        # PPO: 32 transitions, 2 minibatches of 16; at most 5 steps -> 4 slices of 4.
+        ("ppo", 5, 4),
+        # IMPALA: 4 sequences of 8 steps, 1 minibatch; 16 steps -> 2 sequences per slice,
+        ("impala", 16, 2),
+        # and a sequence longer than the slice -> one sequence per slice.
+        ("impala", 3, 1),
+    ],
+)
+@pytest.mark.parametrize("unroll", [1, True])
+def test_microbatched_gradient_equals_the_whole_minibatch(
+    agent_name, microbatch_steps, slice_size, unroll
+):
+    """Gradient accumulation over slices (``microbatch_steps``) is the minibatch's gradient, up
+    to rounding, in the loops and straight-line; the loss sees slices of the stated size."""
+    minibatches = 2 if agent_name == "ppo" else 1
+    cfg = (
+        PPOConfig(num_epochs=2, num_minibatches=minibatches, hidden_sizes=(16,), anneal_lr=False)
+        if agent_name == "ppo"
+        else IMPALAConfig(hidden_sizes=(16,), anneal_lr=False, num_minibatches=minibatches)
+    )
+    agent, optimizer = build(cfg, 2, num_updates=1)
+    _, traj = collect("gymnax:CartPole-v1", agent, num_envs=4, rollout_len=8)
+    results = []
+    for steps in (0, microbatch_steps):
+        recorder = ShapeRecorder(agent)
+        learner = make_learner(
+            recorder.wrapped(),
+            optimizer,
+            num_epochs=cfg.num_epochs,
+            num_minibatches=minibatches,
+            unroll=unroll,
+            microbatch_steps=steps,
+        )
+        state = learner.init(jax.random.key(3), traj.obs[0, 0])
+        results.append(jax.jit(learner.update)(state, traj))
+        whole = (32 if agent_name == "ppo" else 4) // minibatches
+        assert set(recorder.sizes) == {whole if steps == 0 else slice_size}
+    (whole_state, whole_metrics), (sliced_state, sliced_metrics) = results
+    for a, b in zip(
+        jax.tree.leaves(whole_state.params), jax.tree.leaves(sliced_state.params), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for name in whole_metrics:
+        np.testing.assert_allclose(whole_metrics[name], sliced_metrics[name], rtol=1e-5, atol=1e-6)
+    # The update did change the params (an equality of no-ops would prove nothing).
+    start = learner.init(jax.random.key(3), traj.obs[0, 0]).params
+    assert not np.allclose(jax.tree.leaves(start)[-1], jax.tree.leaves(sliced_state.params)[-1])
+
+
+def test_microbatched_update_on_two_devices_equals_one_device(one_device, two_devices):
+    """Inside shard_map the accumulated gradients are each device's, averaged once (one
+    minibatch, which 2 devices and 1 device cut alike)."""
+    cfg = PPOConfig(num_epochs=2, num_minibatches=1, hidden_sizes=(16,), anneal_lr=False, lr=1e-2)
+    agent, optimizer = build(cfg, 2, num_updates=1)
+    _, traj = collect("gymnax:CartPole-v1", agent, num_envs=8, rollout_len=8)
+    outs = []
+    for devices, steps in ((one_device, 0), (two_devices, 4)):
+        mesh = data_mesh(devices)
+        learner = make_learner(
+            agent,
+            optimizer,
+            num_epochs=2,
+            num_minibatches=1,
+            axis_name=DATA_AXIS,
+            microbatch_steps=steps,
+        )
+        state = learner.init(jax.random.key(7), traj.obs[0, 0])
+        fn = jax.jit(
+            jax.shard_map(
+                lambda s, t, learner=learner: learner.update(s, t)[0].params,
+                mesh=mesh,
+                in_specs=(P(), P(None, DATA_AXIS)),
+                out_specs=P(),
+            )
+        )
+        outs.append(fn(state, traj))
+    for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_execution_is_chosen_per_backend_and_torso():
+    cpu = jax.devices("cpu")[:1]
+    loop = AnakinConfig()
+    assert choose_execution(IMPALAConfig(torso="impala_resnet"), loop, cpu) == (True, 32)
+    assert choose_execution(PPOConfig(torso="nature_cnn"), loop, cpu) == (True, 32)
+    assert choose_execution(PPOConfig(), loop, cpu) == (1, 0)
+    asked = AnakinConfig(learner_unroll=2, learner_microbatch=256)
+    assert choose_execution(IMPALAConfig(torso="impala_resnet"), asked, cpu) == (2, 256)
+    with pytest.raises(ConfigError, match="learner_microbatch=-1 is not allowed"):
+        AnakinConfig(learner_microbatch=-1)
+    with pytest.raises(ValueError, match="microbatch_steps=-1 must be >= 0"):
+        make_learner(
+            *build(PPOConfig(), 2, 1), num_epochs=1, num_minibatches=1, microbatch_steps=-1
+        )

@@ -7,6 +7,9 @@ over it with ``lax.pmean``. Every loop builds its learner here and only chooses 
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -32,6 +35,7 @@ def make_learner(
     num_minibatches: int,
     axis_name: str | None = None,
     unroll: int | bool = 1,
+    microbatch_steps: int = 0,
 ) -> Learner:
     """Builds ``Learner(init, update)``.
 
@@ -54,15 +58,24 @@ def make_learner(
       axis_name: the data-parallel axis (``podracer.parallel.DATA_AXIS``) or None on one device.
       unroll: ``unroll`` of the epoch and minibatch ``lax.scan``s; ``True`` replaces them by
         Python loops, so the update is straight-line code with no XLA loop at all. XLA:CPU runs
-        convolution backward passes inside loops many times slower than outside (17x for an
-        IMPALA ResNet step, ``benchmarks/learner_unroll.py``; ``lax.scan(unroll=True)`` is not
+        convolution backward passes inside loops many times slower than outside (37x for an
+        IMPALA ResNet update, ``benchmarks/learner_unroll.py``; ``lax.scan(unroll=True)`` is not
         enough: it keeps a one-trip loop around the unrolled body), so the loops choose it there
-        for the image torsos (:func:`choose_unroll`); other backends keep the loops.
+        for the image torsos (:func:`choose_execution`); other backends keep the loops.
+      microbatch_steps: when > 0, each minibatch's gradient is the mean of the gradients of
+        equal slices of at most this many environment steps each (whole samples: one IMPALA
+        sample is a sequence), taken one after another — gradient accumulation. For losses that
+        are means over samples (every agent here) it is the same gradient up to rounding, with
+        a working set that fits in cache: XLA:CPU takes an IMPALA ResNet's gradient over 512
+        frames 3x faster as 16 slices of 32 (``benchmarks/learner_unroll.py``). 0: one slice.
+        Each slice's loss gets a key of its own.
     """
     if num_epochs < 1:
         raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
     if num_minibatches < 1:
         raise ValueError(f"make_learner: num_minibatches={num_minibatches} must be >= 1")
+    if microbatch_steps < 0:
+        raise ValueError(f"make_learner: microbatch_steps={microbatch_steps} must be >= 0")
 
     def pmean(x):
         return jax.lax.pmean(x, axis_name) if axis_name is not None else x
@@ -94,12 +107,38 @@ def make_learner(
             params,
         )
 
-    def sgd_step(carry, minibatch_and_key):
+    def gradient(params, minibatch, key, num_slices: int):
+        """``grad(agent.loss)`` over the minibatch, as the mean over ``num_slices`` slices."""
+        if num_slices == 1:
+            return jax.grad(agent.loss, has_aux=True)(local(params, minibatch), minibatch, key)
+        slices = jax.tree.map(
+            lambda x: x.reshape(num_slices, x.shape[0] // num_slices, *x.shape[1:]), minibatch
+        )
+        keys = jax.random.split(key, num_slices)
+
+        def one(i_or_slice, key):
+            return jax.grad(agent.loss, has_aux=True)(local(params, i_or_slice), i_or_slice, key)
+
+        # The first slice outside the loop: its gradients (typed like every slice's inside
+        # shard_map) are the accumulator's initial value.
+        first, first_metrics = one(jax.tree.map(lambda x: x[0], slices), keys[0])
+
+        def accumulate(total, slice_and_key):
+            grads, metrics = one(*slice_and_key)
+            return jax.tree.map(jnp.add, total, grads), metrics
+
+        rest = jax.tree.map(lambda x: x[1:], (slices, keys))
+        total, metrics = scan(accumulate, first, rest)
+        grads = jax.tree.map(lambda g: g / num_slices, total)
+        metrics = jax.tree.map(
+            lambda m0, m: (m0 + jnp.sum(m, axis=0)) / num_slices, first_metrics, metrics
+        )
+        return grads, metrics
+
+    def sgd_step(carry, minibatch_and_key, num_slices: int):
         params, opt_state = carry
         minibatch, key = minibatch_and_key
-        grads, metrics = jax.grad(agent.loss, has_aux=True)(
-            local(params, minibatch), minibatch, key
-        )
+        grads, metrics = gradient(params, minibatch, key, num_slices)
         if axis_name is not None:  # one all-reduce of one flat vector, not one per leaf
             flat, unravel = jax.flatten_util.ravel_pytree(grads)
             grads = unravel(pmean(flat))
@@ -119,6 +158,14 @@ def make_learner(
             outs.append(out)
         return carry, jax.tree.map(lambda *x: jnp.stack(x), *outs)
 
+    def num_slices(size: int, steps_per_sample: int) -> int:
+        """Slices of a minibatch of ``size`` samples: the fewest of equal size with at most
+        ``microbatch_steps`` steps each (one sample each when a sample alone is longer)."""
+        if not microbatch_steps:
+            return 1
+        most = max(1, microbatch_steps // max(1, steps_per_sample))
+        return size // max(d for d in range(1, min(most, size) + 1) if size % d == 0)
+
     def update(state: LearnerState, traj: Trajectory):
         key, epochs_key = jax.random.split(state.key)
         batch = agent.prepare(state.params, traj, mean_fn)
@@ -130,6 +177,9 @@ def make_learner(
                 f"{num_samples}"
             )
         size = num_samples // num_minibatches
+        step = functools.partial(
+            sgd_step, num_slices=num_slices(size, traj.reward.size // num_samples)
+        )
 
         def epoch(carry, key):
             perm_key, loss_key = jax.random.split(key)
@@ -142,7 +192,7 @@ def make_learner(
                 lambda x: x.reshape(num_minibatches, size, *x.shape[1:]), shuffled
             )
             keys = jax.random.split(loss_key, num_minibatches)
-            return scan(sgd_step, carry, (minibatches, keys))
+            return scan(step, carry, (minibatches, keys))
 
         (params, opt_state), metrics = scan(
             epoch, (state.params, state.opt_state), jax.random.split(epochs_key, num_epochs)
@@ -157,13 +207,32 @@ def make_learner(
 IMAGE_TORSOS = ("nature_cnn", "impala_resnet")
 
 
-def choose_unroll(agent_config, devices=None, requested: int = 0) -> int | bool:
-    """The learner's ``unroll``: ``requested`` when given (> 0); otherwise ``True`` (no loops)
-    for an image torso on XLA:CPU, where a convolution's backward pass inside a loop runs many
-    times slower than unrolled (``benchmarks/learner_unroll.py``), and 1 (the loops) elsewhere:
-    GPU and TPU compile loops well and unrolling only lengthens their compile."""
-    if requested:
-        return requested
+CPU_IMAGE_MICROBATCH_STEPS = 32
+"""Gradient slice size for the image torsos on XLA:CPU (``benchmarks/learner_unroll.py``)."""
+
+
+class LearnerExecution(NamedTuple):
+    """How the learner's update is laid out for the backend; the arithmetic is the same up to
+    rounding whatever these are (``make_learner``'s ``unroll`` and ``microbatch_steps``)."""
+
+    unroll: int | bool = 1
+    microbatch_steps: int = 0
+
+
+def choose_execution(agent_config, config, devices=None) -> LearnerExecution:
+    """The learner's layout for a loop ``config`` (its ``learner_unroll`` and
+    ``learner_microbatch``; 0 means automatic) on ``devices``.
+
+    Automatic, for an image torso on XLA:CPU: ``unroll=True`` (no loops), because a
+    convolution's backward pass inside a loop runs many times slower than unrolled, and slices
+    of ``CPU_IMAGE_MICROBATCH_STEPS`` steps, because it runs 2-3x faster over small slices than
+    over a whole minibatch (both measured by ``benchmarks/learner_unroll.py``). Elsewhere the
+    loops (GPU and TPU compile them well, and unrolling only lengthens their compile) and one
+    slice per minibatch."""
     platform = (devices[0] if devices else jax.devices()[0]).platform
-    image = getattr(agent_config, "torso", "mlp") in IMAGE_TORSOS
-    return True if image and platform == "cpu" else 1
+    cpu_image = platform == "cpu" and getattr(agent_config, "torso", "mlp") in IMAGE_TORSOS
+    return LearnerExecution(
+        unroll=config.learner_unroll or (True if cpu_image else 1),
+        microbatch_steps=config.learner_microbatch
+        or (CPU_IMAGE_MICROBATCH_STEPS if cpu_image else 0),
+    )

@@ -35,7 +35,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer.anakin import final_returns, params_checksum
-from podracer.core.learner import make_learner
+from podracer.core.learner import LearnerExecution, make_learner
 from podracer.parallel import (
     DATA_AXIS,
     Watchdog,
@@ -211,7 +211,7 @@ def run(
     state: LearnerState | None = None,
     start_update: int = 0,
     hooks: Any = None,
-    unroll: int | bool = 1,
+    execution: LearnerExecution | None = None,
 ) -> SebulbaResult:
     """Trains until ``total_timesteps`` environment steps (all actors together) are learnt from.
 
@@ -227,7 +227,9 @@ def run(
     ``start_update``; the environments start afresh. ``hooks`` (see
     :class:`podracer.anakin.RunHooks`) gets ``after_call(state, updates, last)`` in the learner
     thread after every update, and ``interrupted(state, updates)`` in the calling thread on
-    Ctrl-C.
+    Ctrl-C. ``execution`` is the learner's layout (default: the config's ``learner_unroll`` or 1
+    and ``learner_microbatch``; :func:`podracer.sebulba.train` chooses it with
+    :func:`~podracer.core.learner.choose_execution`).
     """
     num_processes = jax.process_count()
     if devices is not None and num_processes > 1:
@@ -261,13 +263,15 @@ def run(
     traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
     replicated = NamedSharding(learner_mesh, P())
 
+    if execution is None:
+        execution = LearnerExecution(config.learner_unroll or 1, config.learner_microbatch)
     learner = make_learner(
         agent,
         optimizer,
         num_epochs=num_epochs,
         num_minibatches=num_minibatches,
         axis_name=DATA_AXIS,
-        unroll=unroll,
+        **execution._asdict(),
     )
 
     def update_all(state, trajs):

@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from podracer.core.learner import choose_unroll
+from podracer.core.learner import choose_execution
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.system import SebulbaResult, run
 
@@ -87,7 +87,7 @@ def train(
         total_timesteps=total_timesteps,
         progress=progress,
         devices=devices,
-        unroll=choose_unroll(agent_config, devices, config.learner_unroll),
+        execution=choose_execution(agent_config, config, devices),
         **run_options,
     )
     result.summary.update(env=env_id, arch="sebulba", seed=seed)
