@@ -1,6 +1,6 @@
 """Sebulba throughput on 2 virtual CPU devices (actor device 0, learner device 1).
 
-    python benchmarks/sebulba_throughput.py           # CartPole (MLP PPO) + Breakout (IMPALA)
+    python benchmarks/sebulba_throughput.py           # CartPole (MLP PPO), Breakout (IMPALA, PPO)
     python benchmarks/sebulba_throughput.py --configs cartpole --total-steps 200000
 
 One JSON line per configuration: ``sps`` (training), the actor and learner time splits,
@@ -106,7 +106,7 @@ def bench(name, env_id, agent_config, config, total_steps) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default="cartpole,breakout")
+    parser.add_argument("--configs", default="cartpole,breakout,breakout-ppo")
     parser.add_argument("--total-steps", type=int)
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
@@ -120,14 +120,22 @@ def main(argv=None) -> None:
         ),
     }
     if "impala" in agents.AGENTS:
-        impala = agents.AGENTS["impala"].config_cls(torso="impala_resnet")
+        impala = agents.AGENTS["impala"].config_cls(torso="impala_resnet", shared_torso=True)
         runs["breakout"] = (
             "envpool:Breakout-v5",
             impala,
             SebulbaConfig(envs_per_actor=16, rollout_len=32, **devices),
             16 * 32 * 6,
         )
+    runs["breakout-ppo"] = (
+        "envpool:Breakout-v5",
+        PPOConfig(torso="impala_resnet", shared_torso=True),
+        SebulbaConfig(envs_per_actor=16, rollout_len=32, **devices),
+        16 * 32 * 4,
+    )
     for name in args.configs.split(","):
+        if name not in runs:
+            raise SystemExit(f"--configs: unknown configuration {name!r}; known: {sorted(runs)}")
         env_id, agent_config, config, total = runs[name]
         line = json.dumps(bench(name, env_id, agent_config, config, args.total_steps or total))
         print(line, flush=True)
