@@ -262,9 +262,11 @@ def detect_cluster() -> bool:
     cluster registry and answers False when that is unavailable."""
     try:
         from jax._src.clusters import ClusterEnv
-    except ImportError:  # pragma: no cover - a JAX without the registry: explicit flags only
+
+        cluster_types = list(ClusterEnv._cluster_types)
+    except (ImportError, AttributeError):  # a JAX without the registry: explicit flags only
         return False
-    for env in ClusterEnv._cluster_types:
+    for env in cluster_types:
         try:
             if env.opt_in_only_method or not env.is_env_present():
                 continue
