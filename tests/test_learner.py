@@ -1,5 +1,7 @@
 """The shared learner core: N devices == 1 device, params identical on every device."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -240,6 +242,10 @@ def test_execution_is_chosen_per_backend_and_torso():
     assert choose_execution(IMPALAConfig(torso="impala_resnet"), loop, cpu) == (True, 32)
     assert choose_execution(PPOConfig(torso="nature_cnn"), loop, cpu) == (True, 32)
     assert choose_execution(PPOConfig(), loop, cpu) == (1, 0)
+    for platform in ("gpu", "tpu"):  # the CPU layout must not leak into the accelerators' path
+        accelerator = [types.SimpleNamespace(platform=platform)]
+        assert choose_execution(IMPALAConfig(torso="impala_resnet"), loop, accelerator) == (1, 0)
+        assert choose_execution(PPOConfig(torso="nature_cnn"), loop, accelerator) == (1, 0)
     asked = AnakinConfig(learner_unroll=2, learner_microbatch=256)
     assert choose_execution(IMPALAConfig(torso="impala_resnet"), asked, cpu) == (2, 256)
     with pytest.raises(ConfigError, match="learner_microbatch=-1 is not allowed"):
