@@ -3,6 +3,7 @@ environments alone.
 
     python benchmarks/population_throughput.py                  # 1, 8 and 64 members
     python benchmarks/population_throughput.py --sizes 16 --steps-per-member 100000
+    python benchmarks/population_throughput.py --sizes 8 --member-loop map   # the exact mode
 
 PPO on ``gymnax:CartPole-v1`` (4 environments x 128 steps per member, the configuration of
 ``anakin_throughput.py``), a leaderboard (8 greedy evaluation episodes per member) and a
@@ -11,6 +12,8 @@ every member together per second, after compiling, evaluation and tournaments in
 ``sps_per_member``, ``compile_s``, ``env_only_sps`` (the same ``members x num_envs``
 environments stepped with random actions in the same process, through the same scan structure),
 ``ratio`` and the peak memory. A population of 1 has no one to replace: it is evaluated only.
+``--member-loop map`` measures ``AnakinConfig.member_loop="map"`` (members one after another,
+each bitwise a separate run) against the default ``vmap``.
 """
 
 from __future__ import annotations
@@ -28,8 +31,14 @@ from podracer.anakin import AnakinConfig, choose_updates_per_call
 from podracer.population import PopulationConfig, build
 
 
-def bench(size: int, steps_per_member: int, num_envs: int = 4, rollout_len: int = 128) -> dict:
-    config = AnakinConfig(num_envs=num_envs, rollout_len=rollout_len)
+def bench(
+    size: int,
+    steps_per_member: int,
+    num_envs: int = 4,
+    rollout_len: int = 128,
+    member_loop: str = "vmap",
+) -> dict:
+    config = AnakinConfig(num_envs=num_envs, rollout_len=rollout_len, member_loop=member_loop)
     population = PopulationConfig(
         size=size, interval=10, tournament=size > 1, init=("lr=1e-5:1e-2",), eval_episodes=8
     )
@@ -43,8 +52,9 @@ def bench(size: int, steps_per_member: int, num_envs: int = 4, rollout_len: int 
     env_updates = max(chunk, min(num_updates, 2_000_000 // (size * config.steps_per_update)))
     env_sps = env_only_sps("gymnax:CartPole-v1", size * num_envs, rollout_len, env_updates)
     return {
-        "config": f"population-{size}",
+        "config": f"population-{size}" + ("" if member_loop == "vmap" else f"-{member_loop}"),
         "population": size,
+        "member_loop": member_loop,
         "num_envs": num_envs,
         "rollout_len": rollout_len,
         "devices": system.mesh.devices.size,
@@ -65,10 +75,16 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--steps-per-member", type=int, default=100_000)
+    parser.add_argument(
+        "--member-loop",
+        choices=("vmap", "map"),
+        default="vmap",
+        help="how a device runs its members (AnakinConfig.member_loop)",
+    )
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
     for size in args.sizes:
-        line = json.dumps(bench(size, args.steps_per_member))
+        line = json.dumps(bench(size, args.steps_per_member, member_loop=args.member_loop))
         print(line, flush=True)
         if args.out:
             with open(args.out, "a") as f:

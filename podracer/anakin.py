@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from podracer.config import ConfigError, check_positive
+from podracer.config import ConfigError, check_choice, check_positive
 from podracer.core.learner import LearnerExecution, choose_execution, make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
@@ -61,9 +61,14 @@ class AnakinConfig:
     member_shards: int = 1
     """Devices the seed (member) axis is split over; each group of ``devices / member_shards``
     devices splits its members' environments. Must divide ``num_seeds`` and the device count."""
+    member_loop: str = "vmap"
+    """How a device runs its seeds (members) inside the compiled step: ``vmap`` (one batched
+    program, the fast default) or ``map`` (``lax.map``, one after another: each member computes
+    exactly what a run of its own computes, bit for bit, at the cost of the batching)."""
 
     def __post_init__(self):
         check_positive(self, "num_envs", "rollout_len", "num_seeds")
+        check_choice(self, "member_loop", ("vmap", "map"))
         if self.updates_per_call < 0:
             raise ConfigError(
                 f"AnakinConfig.updates_per_call={self.updates_per_call} is not allowed: "
@@ -315,6 +320,8 @@ def make_anakin(
             if local_members == 1:  # no batch dimension of size 1 in every op
                 state, metrics = one_seed(jax.tree.map(lambda x: x[0], state))
                 return jax.tree.map(lambda x: x[None], (state, metrics))
+            if config.member_loop == "map":  # a single run's ops, member after member
+                return jax.lax.map(one_seed, state)
             return jax.vmap(one_seed)(state)
 
         sharded = jax.shard_map(

@@ -137,8 +137,13 @@ class ConsoleProgress:
 
 
 def leaderboard_line(record: dict[str, Any], top: int = 3) -> str:
-    """One console line of a leaderboard: the best members with their hyper-parameters, the
-    median score and the tournament's replacements (``member<-parent``)."""
+    """One console line of a leaderboard: the best members with their hyper-parameters, age and
+    lineage, the median score and the tournament's replacements (``member<-parent``).
+
+    A member reads ``#5 412.00 (lr 0.00125, ent_coef 0.008; age 20 <-#2@40)``: member 5 scored
+    412, has trained 20 updates since it became a copy of member 2 at update 40; a member never
+    copied shows its age only (``age 60``).
+    """
 
     def score(value):
         return "n/a" if value is None else f"{value:.2f}"
@@ -146,9 +151,17 @@ def leaderboard_line(record: dict[str, Any], top: int = 3) -> str:
     def hparams(values):
         return ", ".join(f"{k} {v:.3g}" for k, v in values.items())
 
+    def lineage(m):
+        age = f"age {m['age']}"
+        if not m.get("copies"):
+            return age
+        return f"{age} <-#{m['parent']}@{m['since']}"
+
+    def about(m):
+        return "; ".join(part for part in (hparams(m["hparams"]), lineage(m)) if part)
+
     best = "  ".join(
-        f"#{m['member']} {score(m['score'])} ({hparams(m['hparams'])})"
-        for m in record["members"][:top]
+        f"#{m['member']} {score(m['score'])} ({about(m)})" for m in record["members"][:top]
     )
     replaced = " ".join(f"{r['member']}<-{r['parent']}" for r in record["replaced"]) or "none"
     return (

@@ -24,7 +24,9 @@ member axis can be split over devices and processes (``AnakinConfig.member_shard
    member keeps its own environments and keys, so a copy and its parent diverge at once.
 
 With ``tournament=False`` the members are evaluated and ranked but never replaced: they are
-exactly independent runs (the evaluation draws on keys of its own).
+exactly independent runs (the evaluation draws on keys of its own). Member ``i`` equals a
+separate run with seed ``seed + i`` and its hyper-parameters to rounding, and bit for bit with
+``AnakinConfig.member_loop="map"`` (members one after another; docs/design.md).
 """
 
 from __future__ import annotations
@@ -222,6 +224,37 @@ def initial_hparams(agent_config: Any, config: PopulationConfig, bounds: dict[st
             )
         for value in (values.min(), values.max()):  # the agent config validates the value
             dataclasses.replace(agent_config, **{name: float(value)})
+        out[name] = values.astype(np.float32)
+    return out
+
+
+def check_explicit_hparams(
+    agent_config: Any, hparams: dict[str, Any], bounds: dict[str, Space], size: int
+) -> dict[str, np.ndarray]:
+    """``{name: [P] f32}`` of explicit initial values (``build(hparams=...)``), checked as
+    :func:`initial_hparams` checks its spreads: a carried name (a key of ``bounds``), one finite
+    value per member, each within its bounds and valid for the agent config. Errors name the
+    member, the field, its value and the allowed range."""
+    out = {}
+    for name, values in hparams.items():
+        if name not in bounds or np.shape(values) != (size,):
+            raise ConfigError(
+                f"hparams[{name!r}] is not allowed: give one of {', '.join(bounds)} with "
+                f"{size} values (one per member), not {np.shape(values)}"
+            )
+        values = np.asarray(values, np.float64)
+        space = bounds[name]
+        for i, value in enumerate(values):
+            if not (np.isfinite(value) and space.low <= value <= space.high):
+                raise ConfigError(
+                    f"hparams[{name!r}] member {i}: {name}={value:g} is not allowed: it must be "
+                    f"within {space.low:g}..{space.high:g} (the bounds of {name}, "
+                    "PopulationConfig.bounds)"
+                )
+            try:  # the agent config's own checks (bounds given by the user may be wider)
+                dataclasses.replace(agent_config, **{name: float(value)})
+            except ConfigError as error:
+                raise ConfigError(f"hparams[{name!r}] member {i}: {error}") from None
         out[name] = values.astype(np.float32)
     return out
 
@@ -483,13 +516,7 @@ def build(
     name = agent_name(agent_config)
     bounds = spaces(name, population)
     initial = initial_hparams(agent_config, population, bounds)
-    for key, values in (hparams or {}).items():
-        if key not in initial or np.shape(values) != (population.size,):
-            raise ConfigError(
-                f"hparams[{key!r}] is not allowed: give one of {', '.join(initial)} with "
-                f"{population.size} values (one per member), not {np.shape(values)}"
-            )
-        initial[key] = np.asarray(values, np.float32)
+    initial.update(check_explicit_hparams(agent_config, hparams or {}, bounds, population.size))
     env = envs.make(env_id)
     config = dataclasses.replace(config, num_seeds=population.size)
     num_updates = max(1, total_timesteps // config.steps_per_update)

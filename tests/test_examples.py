@@ -2,6 +2,7 @@
 corridor), each used through the library as the docs describe."""
 
 import importlib.util
+import json
 import pathlib
 import sys
 
@@ -102,3 +103,45 @@ def test_a2c_in_one_file_learns_with_anakin_and_runs_with_sebulba(two_devices, l
         devices=two_devices,
     )
     assert run.summary["num_updates"] == 3 and np.isfinite(run.summary["params_checksum"])
+
+
+def test_tournament_example_trains_a_tiny_population(load, tmp_path, capsys):
+    """examples/tournament_ppo.py end to end on a tiny budget: 4 members, 4 updates, a leaderboard
+    and a tournament every 2 updates, in a run directory."""
+    from podracer.agents import PPOConfig
+    from podracer.population import PopulationConfig
+
+    example = load("tournament_ppo")
+    run_dir = tmp_path / "run"
+    example.main(
+        example.Args(
+            total_timesteps=4 * 16,  # 4 updates of 2 envs x 8 steps per member
+            run_dir=str(run_dir),
+            anakin=AnakinConfig(num_envs=2, rollout_len=8),
+            population=PopulationConfig(
+                size=4, interval=2, init=("lr=1e-4:1e-2",), eval_episodes=1, eval_max_steps=50
+            ),
+            ppo=PPOConfig(anneal_lr=False, num_epochs=1, num_minibatches=1, hidden_sizes=(8, 8)),
+        )
+    )
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["population"] == 4 and summary["num_updates"] == 4
+    scores = summary["final_scores"]
+    # Acrobot costs -1 a step until the goal; evaluation episodes end at 50 steps, before which
+    # no member reaches the goal after 4 tiny updates: every score is -50.
+    assert scores == [-50.0] * 4
+    assert summary["final_best_score"] == summary["final_median_score"] == -50.0
+    boards = [json.loads(line) for line in (run_dir / "leaderboard.jsonl").read_text().splitlines()]
+    assert [b["updates"] for b in boards] == [2, 4]
+    assert all(len(b["members"]) == 4 and len(b["replaced"]) == 1 for b in boards)
+    assert boards[1]["scores"] == scores
+    # The member replaced at update 2 shows its lineage at update 4.
+    first = boards[0]["replaced"][0]
+    copy = next(m for m in boards[1]["members"] if m["member"] == first["member"])
+    assert copy["parent"] == first["parent"] and copy["copies"] == 1
+    assert copy["since"] == 2 and copy["age"] == 2
+    console = " ".join(err.split())  # rich wraps long lines
+    assert console.count("leaderboard steps") == 2
+    assert f"replaced {first['member']}<-{first['parent']}" in console
+    assert console.count("; age ") == 6  # the 3 best members of each leaderboard
