@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from podracer.config import ConfigError, check_choice, check_positive
+from podracer.config import ConfigError, ConfigValueError, check_choice, check_positive
 from podracer.core.learner import LearnerExecution, choose_execution, make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
@@ -433,7 +433,7 @@ def run(
     config = system.config
     num_updates = max(1, total_timesteps // config.steps_per_update)
     if not 0 <= start_update < num_updates:
-        raise ValueError(
+        raise ConfigValueError(
             f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
             f"of {config.steps_per_update} steps (total_timesteps={total_timesteps})"
         )
@@ -456,14 +456,16 @@ def run(
     chunks: list[UpdateMetrics] = []
     events: list[dict[str, Any]] = []
     start = time.perf_counter()
-    pending = None
-    done_updates = start_update
+    pending = None  # (metrics, updates done after them) of the last call, not yet reported
+    # (state, the updates it holds): one name, assigned in one store with no call in between,
+    # so a Ctrl-C anywhere finds the two consistent and its checkpoint resumes exactly.
+    at = (state, start_update)
 
-    def report(metrics):
-        metrics = _report(metrics, done_updates, num_updates, start, start_update, config, progress)
+    def report(metrics, updates):
+        metrics = _report(metrics, updates, num_updates, start, start_update, config, progress)
         if system.periodic is not None and bool(metrics.events["due"]):
-            for record in system.periodic.describe(metrics.events, done_updates):
-                record = {"step": done_updates * config.steps_per_update, **record}
+            for record in system.periodic.describe(metrics.events, updates):
+                record = {"step": updates * config.steps_per_update, **record}
                 events.append(record)
                 if progress is not None:
                     progress(record)
@@ -473,20 +475,21 @@ def run(
         watchdog.beat()
         try:
             for n in schedule:
-                new_state, metrics = steps[n](state)
-                state = new_state
+                new_state, metrics = steps[n](at[0])  # donates the buffers of at[0]
+                at = (new_state, at[1] + n)
                 if pending is not None:
-                    chunks.append(report(pending))
+                    chunks.append(report(*pending))
                     watchdog.beat()
-                pending = metrics
-                done_updates += n
+                pending = (metrics, at[1])
                 if hooks is not None:
-                    hooks.after_call(state, done_updates, done_updates == num_updates)
+                    hooks.after_call(*at, at[1] == num_updates)
         except KeyboardInterrupt:
-            if hooks is not None and not _deleted(state):
-                hooks.interrupted(state, done_updates)
+            # Interrupted as the step returned, the donated state is gone: nothing to save.
+            if hooks is not None and not _deleted(at[0]):
+                hooks.interrupted(*at)
             raise
-        chunks.append(report(pending))
+        chunks.append(report(*pending))
+        state = at[0]
         jax.block_until_ready(state)
     elapsed = time.perf_counter() - start
 

@@ -4,11 +4,14 @@ A checkpoint is one step directory ``<run_dir>/checkpoints/<updates>/`` holding
 
 - ``state``: the state pytree (Anakin's :class:`~podracer.anakin.AnakinState`, or Sebulba's
   :class:`~podracer.types.LearnerState`), typed PRNG keys stored as their raw ``uint32`` data;
-- ``meta``: JSON — counters (updates, environment steps, wall time) and the run's identity.
+- ``meta``: JSON — counters (updates, environment steps, wall time), the run's identity and the
+  evaluation return when there was one.
 
 The manager keeps the last ``keep`` checkpoints and, when evaluation returns are given, the best
-one by ``eval_return``. Nothing is loaded with pickle: arrays come back through orbax's array
-handlers into the shapes, dtypes and shardings of a template state.
+one by ``eval_return`` (:meth:`Checkpointer.best_step`; a checkpoint saved without one, as on
+Ctrl-C, is kept only while it is among the last ``keep``). Nothing is loaded with pickle: arrays
+come back through orbax's array handlers into the shapes, dtypes and shardings of a template
+state.
 """
 
 from __future__ import annotations
@@ -54,30 +57,58 @@ def _abstract(tree):
     return jax.tree.map(leaf, to_raw(tree))
 
 
+def _best(returns: dict[int, float], steps) -> int | None:
+    """The step of the largest return among ``steps`` (the latest of equal ones)."""
+    known = [step for step in steps if step in returns]
+    return max(known, key=lambda step: (returns[step], step)) if known else None
+
+
+class _LatestAndBest(checkpoint_managers.PreservationPolicy):
+    """Keeps the last ``keep`` checkpoints and the one of the best evaluation return, read from
+    the Checkpointer's ``returns`` (orbax's own metrics would be read back from every step
+    when a manager opens the directory, and one damaged step would make it fail to open)."""
+
+    def __init__(self, keep: int, returns: dict[int, float] | None):
+        self.keep = keep
+        self.returns = returns  # None: no best kept
+
+    def should_preserve(self, checkpoints, *, context) -> list[bool]:
+        steps = [info.step for info in checkpoints]
+        latest = set(sorted(steps)[-self.keep :])
+        best = None if self.returns is None else _best(self.returns, steps)
+        return [step in latest or step == best for step in steps]
+
+
 class Checkpointer:
-    """Saves and restores ``(state, meta)`` under ``<run_dir>/checkpoints``."""
+    """Saves and restores ``(state, meta)`` under ``<run_dir>/checkpoints``.
+
+    ``meta`` of a checkpoint saved with an ``eval_return`` holds it too; the returns of the
+    checkpoints already in the directory are read from their ``meta`` when it is opened, so a
+    resumed run keeps the best one.
+    """
 
     def __init__(self, run_dir: str, *, keep: int = 3, keep_best: bool = True):
         if keep < 1:
             raise ValueError(f"Checkpointer: keep={keep} is not allowed: it must be >= 1")
         self.directory = os.path.abspath(os.path.join(run_dir, CHECKPOINT_DIR))
-        policies: list[Any] = [checkpoint_managers.LatestN(n=keep)]
-        if keep_best:
-            policies.append(
-                checkpoint_managers.BestN(
-                    get_metric_fn=lambda metrics: metrics["eval_return"],
-                    n=1,
-                    keep_checkpoints_without_metrics=False,
-                )
-            )
+        self._returns: dict[int, float] = {}
         options = ocp.CheckpointManagerOptions(
-            preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies),
+            preservation_policy=_LatestAndBest(keep, self._returns if keep_best else None),
             enable_async_checkpointing=False,  # the next step donates the state's buffers
             create=True,
         )
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "meta")
         )
+        for step in self.steps():
+            try:
+                meta = self._manager.restore(
+                    step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+                ).meta
+            except Exception:  # a damaged step: restore() reports it when it is asked for
+                continue
+            if meta and meta.get("eval_return") is not None:
+                self._returns[step] = float(meta["eval_return"])
 
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -86,18 +117,29 @@ class Checkpointer:
         steps = self.steps()
         return steps[-1] if steps else None
 
+    def eval_returns(self) -> dict[int, float]:
+        """``{step: eval_return}`` of the saved steps that were saved with one."""
+        return {step: self._returns[step] for step in self.steps() if step in self._returns}
+
+    def best_step(self) -> int | None:
+        """The saved step with the largest evaluation return (the latest of equal ones); None
+        when no saved step has one (a run without ``--eval-interval``)."""
+        return _best(self._returns, self.steps())
+
     def save(self, step: int, state, meta: dict[str, Any], eval_return: float | None = None):
-        """Saves the checkpoint of ``step`` (updates done); a step already saved is kept."""
+        """Saves the checkpoint of ``step`` (updates done), with ``eval_return`` in its meta
+        when given; a step already saved is kept."""
         if step in self._manager.all_steps():
             return
-        metrics = None if eval_return is None else {"eval_return": float(eval_return)}
+        if eval_return is not None:
+            meta = {**meta, "eval_return": float(eval_return)}
+            self._returns[step] = float(eval_return)  # before the save prunes older steps
         self._manager.save(
             step,
             args=ocp.args.Composite(
                 state=ocp.args.StandardSave(to_raw(state)),
                 meta=ocp.args.JsonSave(meta),
             ),
-            metrics=metrics,
             force=True,
         )
         self._manager.wait_until_finished()

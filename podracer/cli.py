@@ -33,6 +33,18 @@ ARCHS = ("anakin", "sebulba")
 SEBULBA_DEFAULT_ENV = "envpool:CartPole-v1"
 SELECTORS = ("arch", "agent", "env", "seed", "total_timesteps")
 MULTI_PROCESS = ("coordinator", "num_processes", "process_id", "fault_timeout")
+# The flag of every RunOptions field (a boolean's flag sets the value that is not its default);
+# docs/config.md lists them (podracer.config_reference).
+OPTION_FLAGS = {
+    "checkpoint_interval": "--checkpoint-interval N",
+    "keep_checkpoints": "--keep-checkpoints K",
+    "eval_interval": "--eval-interval N",
+    "eval_episodes": "--eval-episodes N",
+    "eval_greedy": "--eval-stochastic",
+    "tensorboard": "--no-tensorboard",
+    "wandb": "--wandb",
+    "wandb_online": "--wandb-online",
+}
 
 
 class CLIError(Exception):
@@ -49,17 +61,21 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Train an agent. Every config field is a flag: --agent.FIELD, --arch.FIELD.",
     )
-    parser.add_argument("--arch", default=None, help=f"the loop: {', '.join(ARCHS)} (anakin)")
-    parser.add_argument("--agent", default=None, help=f"the agent: {', '.join(agent_names)} (ppo)")
-    parser.add_argument("--env", default=None, help="environment id (default: the agent's own)")
+    parser.add_argument("--arch", help=f"the loop: {', '.join(ARCHS)} (anakin)")
+    parser.add_argument(
+        "--agent", metavar="NAME", help=f"the agent: {', '.join(agent_names)} (ppo)"
+    )
+    parser.add_argument("--env", metavar="ID", help="environment id (default: the agent's own)")
     parser.add_argument(
         "--total-timesteps",
         "--total_timesteps",
         type=int,
-        default=None,
+        metavar="N",
         help="environment steps per seed (500000)",
     )
-    parser.add_argument("--seed", type=int, default=None, help="run seed (seeds seed..seed+N-1)")
+    parser.add_argument(
+        "--seed", type=int, metavar="S", help="run seed (seeds seed..seed+N-1 for N seeds)"
+    )
     parser.add_argument(
         "--population",
         type=int,
@@ -67,13 +83,22 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         metavar="P",
         help="tournament-based ensemble of P members (Anakin; --population.FIELD: its config)",
     )
-    parser.add_argument("--config", help="a YAML or JSON file with any keys of config.json")
     parser.add_argument(
-        "--run-dir", "--run_dir", help="run directory (default runs/<env>-<agent>-<arch>-<time>)"
+        "--config", metavar="FILE", help="a YAML or JSON file with any keys of config.json"
+    )
+    parser.add_argument(
+        "--run-dir",
+        "--run_dir",
+        metavar="DIR",
+        help="run directory (default runs/<env>-<agent>-<arch>-<time>)",
     )
     parser.add_argument("--resume", metavar="DIR", help="continue the run saved in DIR")
     parser.add_argument(
-        "--resume-step", "--resume_step", type=int, help="the checkpoint to resume (latest)"
+        "--resume-step",
+        "--resume_step",
+        type=int,
+        metavar="STEP",
+        help="the checkpoint to resume (the latest)",
     )
     for name, help_text in (
         ("checkpoint_interval", "updates between checkpoints (0: at the end and on Ctrl-C)"),
@@ -87,30 +112,55 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
             f"--{name}",
             dest=name,
             type=int,
-            default=None,
+            metavar=OPTION_FLAGS[name].split()[1],
             help=f"{help_text} ({getattr(defaults, name)})",
         )
     parser.add_argument("--eval-stochastic", action="store_true", help="sample when evaluating")
     parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard events")
     parser.add_argument("--wandb", action="store_true", help="log to wandb too (offline)")
+    parser.add_argument(
+        "--wandb-online",
+        "--wandb_online",
+        action="store_true",
+        help="log to wandb, synced to the server as it runs (implies --wandb)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     multi = parser.add_argument_group(
         "several processes (one per host; see docs/scaling.md)",
         "Nothing to pass where JAX detects the cluster (SLURM, Cloud TPU). Every process prints "
         "the final JSON line; only process 0 prints progress.",
     )
-    multi.add_argument("--coordinator", default=None, help="HOST:PORT of process 0")
-    multi.add_argument("--num-processes", "--num_processes", type=int, default=None)
-    multi.add_argument("--process-id", "--process_id", type=int, default=None)
+    multi.add_argument("--coordinator", metavar="HOST:PORT", help="the address of process 0")
+    multi.add_argument(
+        "--num-processes", "--num_processes", type=int, metavar="N", help="processes in the run"
+    )
+    multi.add_argument(
+        "--process-id", "--process_id", type=int, metavar="I", help="this process: 0..N-1"
+    )
     multi.add_argument(
         "--fault-timeout",
         "--fault_timeout",
         type=float,
-        default=None,
+        metavar="SECONDS",
         help="seconds after which a dead or stuck process ends the others (default 60)",
     )
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     return parser
+
+
+def train_flags() -> list[tuple[str, str]]:
+    """``(flag, help)`` of the flags of ``podracer train`` that are not config fields, in the
+    order of ``--help`` (for docs/config.md)."""
+    from podracer import agents
+
+    parser = _selector_parser(list(agents.AGENTS))
+    out = []
+    for action in parser._actions:  # argparse has no public way to list its arguments
+        flag = next(f for f in action.option_strings if f.startswith("--"))
+        if action.nargs != 0:
+            flag += f" {action.metavar or action.dest.upper()}"
+        out.append((flag, action.help or ""))
+    return out
 
 
 def _options(selectors, base) -> object:
@@ -124,8 +174,10 @@ def _options(selectors, base) -> object:
         values["eval_greedy"] = False
     if selectors.no_tensorboard:
         values["tensorboard"] = False
-    if selectors.wandb:
+    if selectors.wandb or selectors.wandb_online:
         values["wandb"] = True
+    if selectors.wandb_online:
+        values["wandb_online"] = True
     return RunOptions(**values)
 
 
@@ -195,6 +247,8 @@ def parse_train_args(argv: Sequence[str]):
     elif any(a.startswith("--population.") for a in rest):
         raise CLIError("--population.FIELD needs --population P (the number of members) before it")
     spec = dataclasses.make_dataclass("TrainConfig", fields, frozen=True)
+    if not selectors.help:
+        check_field_flags(rest, {name: cls for name, cls, _ in fields}, selectors)
     if selectors.help:
         parser.print_help()
         print()
@@ -217,6 +271,68 @@ def parse_train_args(argv: Sequence[str]):
         # The members are the Anakin loop's vmapped seeds.
         arch_config = dataclasses.replace(arch_config, num_seeds=selectors.population_config.size)
     return selectors, parsed.agent, arch_config
+
+
+def _parse_bool(text: str) -> bool:
+    if text not in ("True", "False"):
+        raise ValueError(text)
+    return text == "True"
+
+
+_PARSE = {
+    int: ("an integer", int),
+    float: ("a number", float),
+    bool: ("True or False", _parse_bool),
+}
+
+
+def check_field_flags(args: Sequence[str], classes: dict[str, type], selectors) -> None:
+    """``--PREFIX.FIELD VALUE`` flags checked before tyro parses them: an unknown field, or a
+    value its field's type cannot take, is a :class:`CLIError` naming the flag and what it
+    takes (tyro would draw a box of help around it)."""
+    import difflib
+    import typing
+
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        prefix, dot, rest = arg.removeprefix("--").partition(".")
+        if not arg.startswith("--") or not dot or prefix not in classes:
+            continue
+        cls = classes[prefix]
+        name, has_value, inline = rest.partition("=")
+        field = name.replace("-", "_")
+        hints = typing.get_type_hints(cls)
+        if field not in hints:
+            flags = [f"--{prefix}.{f.replace('_', '-')}" for f in hints]
+            close = difflib.get_close_matches(f"--{prefix}.{name}", flags, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise CLIError(
+                f"--{prefix}.{name} is not a field of {cls.__name__}: {hint}podracer train "
+                f"--arch {selectors.arch} --agent {selectors.agent} --help lists them"
+            )
+        kind = hints[field]
+        many = typing.get_origin(kind) is tuple
+        item = typing.get_args(kind)[0] if many else kind
+        if has_value:
+            values = [inline]
+        else:
+            values = []
+            while i < len(args) and not args[i].startswith("--") and (many or not values):
+                values.append(args[i])
+                i += 1
+        if item not in _PARSE:
+            continue  # strings
+        what, parse = _PARSE[item]
+        for value in values:
+            try:
+                parse(value)
+            except ValueError:
+                raise CLIError(
+                    f"--{prefix}.{name}={value!r} is not allowed: {cls.__name__}.{field} takes "
+                    f"{what}{' per item' if many else ''}"
+                ) from None
 
 
 def _population_default(selectors, file, where):
@@ -310,14 +426,35 @@ def train(argv: Sequence[str]) -> dict:
             resume_step=selectors.resume_step,
             console=not selectors.quiet and parallel.is_main_process(),
         )
-    except KeyboardInterrupt:
-        print(
-            f"podracer: interrupted; the last state is saved: podracer train --resume {run_dir}",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt as stop:
+        print(interrupted_message(stop, run_dir), file=sys.stderr)
         raise
     print(json.dumps(summary), flush=True)
     return summary
+
+
+def interrupted_message(stop: KeyboardInterrupt, run_dir: str) -> str:
+    """What Ctrl-C left in ``run_dir``: the checkpoint of the state the run had reached, an
+    earlier checkpoint only, or nothing to resume."""
+    from podracer.checkpoint import CHECKPOINT_DIR
+    from podracer.runs import Interrupted
+
+    if isinstance(stop, Interrupted):
+        saved, latest = stop.saved, stop.latest
+    else:  # before the run's loop started (building, compiling): its checkpoints are on disk
+        directory = os.path.join(run_dir, CHECKPOINT_DIR)
+        names = os.listdir(directory) if os.path.isdir(directory) else []
+        steps = [int(name) for name in names if name.isdigit()]
+        saved, latest = None, max(steps, default=None)
+    resume = f"podracer train --resume {run_dir}"
+    if saved is not None:
+        return f"podracer: interrupted; the state after {saved} updates is saved: {resume}"
+    if latest is not None:
+        return (
+            "podracer: interrupted; the last state could not be saved, the latest checkpoint "
+            f"is of update {latest}: {resume}"
+        )
+    return f"podracer: interrupted; nothing was saved: no checkpoint in {run_dir}"
 
 
 SWEEP_HELP = """usage: podracer sweep [TRAIN FLAGS] [--seeds N] [--sweep.FIELD V1,V2,...]
@@ -377,6 +514,9 @@ def sweep(argv: Sequence[str]) -> list[dict]:
             spec.total_timesteps,
             console=not selectors.quiet,
             tensorboard=spec.options.tensorboard,
+            wandb=spec.options.wandb or spec.options.wandb_online,
+            wandb_online=spec.options.wandb_online,
+            config=spec.to_dict(),
         ) as logger:
             _, rows = sweeps.sweep_anakin(
                 spec.env,
@@ -411,14 +551,22 @@ def evaluate(argv: Sequence[str]) -> dict:
     parser.add_argument("run_dir", help="a run directory (podracer train --run-dir)")
     parser.add_argument("--episodes", type=int, default=10, help="episodes (per seed)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions (not greedy)")
-    parser.add_argument("--step", type=int, help="the checkpoint to evaluate (the latest)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--step", type=int, help="the checkpoint to evaluate (the latest)")
+    which.add_argument(
+        "--best", action="store_true", help="the checkpoint of the best evaluation return"
+    )
     args = parser.parse_args(list(argv))
     if args.episodes < 1:
         raise CLIError(f"--episodes={args.episodes} is not allowed: it must be >= 1")
     from podracer.runs import evaluate_run
 
     result = evaluate_run(
-        args.run_dir, episodes=args.episodes, greedy=not args.stochastic, step=args.step
+        args.run_dir,
+        episodes=args.episodes,
+        greedy=not args.stochastic,
+        step=args.step,
+        best=args.best,
     )
     print(json.dumps(result), flush=True)
     return result
@@ -449,14 +597,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return plotting.main(rest)
         raise CLIError(f"unknown command {command!r}: choose one of train, sweep, eval, plot")
     except (CLIError, ConfigError, CheckpointError) as error:
-        print(f"podracer: error: {error}", file=sys.stderr)
+        # One line: a ConfigError raised while tracing (a size that does not divide) carries
+        # the notes JAX appends after its message. Any other exception is a bug: traceback.
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"podracer: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except ValueError as error:  # an unknown environment id, a size that does not divide, ...
-        message = str(error).splitlines()[0]  # without the notes JAX appends when tracing
-        print(f"podracer: error: {message}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

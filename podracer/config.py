@@ -11,7 +11,17 @@ from typing import Any
 
 
 class ConfigError(Exception):
-    """A config field holds a value that is not allowed."""
+    """A config value, an id or a size that is not allowed: the command line prints its message
+    as one line (exit code 2). Raised for what a user chose, never for a bug, whose exception
+    keeps its traceback.
+
+    Not a ``ValueError``: tyro turns a ``ValueError`` raised while it builds a config into its
+    own error box, and the command line prints ours."""
+
+
+class ConfigValueError(ConfigError, ValueError):
+    """A :class:`ConfigError` that is also a ``ValueError``, where one was raised before: an
+    unknown environment id, agent or torso, a size that does not divide."""
 
 
 def _name(obj: Any, field: str) -> str:

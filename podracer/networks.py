@@ -15,6 +15,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from podracer.config import ConfigValueError
+
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
 
@@ -137,7 +139,7 @@ def make_torso(
         return NatureCNN(channels_first=channels_first)
     if name == "impala_resnet":
         return ImpalaResNet(channels_first=channels_first)
-    raise ValueError(f"unknown torso {name!r}: choose one of {', '.join(TORSOS)}")
+    raise ConfigValueError(f"unknown torso {name!r}: choose one of {', '.join(TORSOS)}")
 
 
 class ActorCritic(nn.Module):

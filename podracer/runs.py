@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from podracer.checkpoint import Checkpointer
+from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
 from podracer.logging import is_main_process, make_logger
 from podracer.parallel import fetch
@@ -53,7 +53,11 @@ class RunOptions:
     tensorboard: bool = True
     """Write TensorBoard events into the run directory."""
     wandb: bool = False
-    """Log to Weights & Biases too (needs ``pip install 'podracer[wandb]'``; offline)."""
+    """Log to Weights & Biases too (needs ``pip install 'podracer[wandb]'``); offline unless
+    ``wandb_online``."""
+    wandb_online: bool = False
+    """Sync the wandb run to the server as it runs (implies ``wandb``); offline runs can be
+    uploaded later with ``wandb sync``."""
 
     def __post_init__(self):
         for name in ("checkpoint_interval", "eval_interval"):
@@ -236,6 +240,7 @@ class _Hooks:
         self.start = start
         self.session_start = time.time()
         self.last_saved = None
+        self.saved_on_interrupt = None  # the updates of the state saved on Ctrl-C, if any
 
     def _meta(self, updates: int) -> dict[str, Any]:
         return {
@@ -265,6 +270,22 @@ class _Hooks:
 
     def interrupted(self, state, updates: int) -> None:
         self.save(state, updates)
+        if updates in self.checkpointer.steps():  # just saved, or saved before (the same state)
+            self.saved_on_interrupt = updates
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run.
+
+    ``saved``: the updates of the checkpoint that holds the state the run had reached (None
+    when it could not be saved: interrupted before the first update, or as a step returned, its
+    input state donated); ``latest``: the run's latest checkpoint (None: there is none).
+    """
+
+    def __init__(self, saved: int | None, latest: int | None):
+        super().__init__(saved, latest)
+        self.saved = saved
+        self.latest = latest
 
 
 def _eval_record(returns: np.ndarray, updates: int, steps_per_update: int) -> dict[str, Any]:
@@ -367,7 +388,8 @@ def train(
         spec.total_timesteps,
         console=console,
         tensorboard=spec.options.tensorboard,
-        wandb=spec.options.wandb,
+        wandb=spec.options.wandb or spec.options.wandb_online,
+        wandb_online=spec.options.wandb_online,
         config=spec.to_dict(),
     )
     checkpointer = Checkpointer(run_dir, keep=spec.options.keep_checkpoints)
@@ -429,15 +451,18 @@ def _train_anakin(spec, system, state, checkpointer, logger, resume, resume_step
         system.config.steps_per_update,
         start,
     )
-    result = anakin.run(
-        system,
-        seed=spec.seed,
-        total_timesteps=spec.total_timesteps,
-        progress=logger,
-        state=state,
-        start_update=start,
-        hooks=hooks,
-    )
+    try:
+        result = anakin.run(
+            system,
+            seed=spec.seed,
+            total_timesteps=spec.total_timesteps,
+            progress=logger,
+            state=state,
+            start_update=start,
+            hooks=hooks,
+        )
+    except KeyboardInterrupt as stop:
+        raise Interrupted(hooks.saved_on_interrupt, checkpointer.latest_step()) from stop
     result.summary.update(
         env=spec.env, arch="anakin", seed=spec.seed, devices=system.mesh.devices.size
     )
@@ -465,18 +490,21 @@ def _train_sebulba(spec, checkpointer, logger, resume, resume_step, devices):
         spec.arch_config.steps_per_update * jax.process_count(),
         start,
     )
-    result = sebulba.train(
-        spec.env,
-        spec.agent_config,
-        spec.arch_config,
-        seed=spec.seed,
-        total_timesteps=spec.total_timesteps,
-        progress=logger,
-        devices=devices,
-        state=state,
-        start_update=start,
-        hooks=hooks,
-    )
+    try:
+        result = sebulba.train(
+            spec.env,
+            spec.agent_config,
+            spec.arch_config,
+            seed=spec.seed,
+            total_timesteps=spec.total_timesteps,
+            progress=logger,
+            devices=devices,
+            state=state,
+            start_update=start,
+            hooks=hooks,
+        )
+    except KeyboardInterrupt as stop:
+        raise Interrupted(hooks.saved_on_interrupt, checkpointer.latest_step()) from stop
     return result.summary
 
 
@@ -504,10 +532,16 @@ def sebulba_learner_template(spec: RunSpec):
 
 
 def evaluate_run(
-    run_dir: str, *, episodes: int = 10, greedy: bool = True, step: int | None = None
+    run_dir: str,
+    *,
+    episodes: int = 10,
+    greedy: bool = True,
+    step: int | None = None,
+    best: bool = False,
 ) -> dict[str, Any]:
-    """Evaluates a saved run's checkpoint (default: the latest): one dict with the mean, std,
-    min and max return over ``episodes`` episodes (per seed for Anakin), and the step."""
+    """Evaluates a saved run's checkpoint (default: the latest; ``best``: the one of the largest
+    evaluation return during training): one dict with the mean, std, min and max return over
+    ``episodes`` episodes (per seed for Anakin), and the step."""
     from podracer.evaluation import summarize_returns
 
     spec = load_spec(run_dir)
@@ -515,6 +549,15 @@ def evaluate_run(
         spec, options=dataclasses.replace(spec.options, eval_episodes=episodes, eval_greedy=greedy)
     )
     with Checkpointer(run_dir, keep=spec.options.keep_checkpoints) as checkpointer:
+        if best:
+            if step is not None:
+                raise ConfigError("--best and --step are not allowed together: give one")
+            step = checkpointer.best_step()
+            if step is None:
+                raise CheckpointError(
+                    f"no checkpoint in {checkpointer.directory} was saved with an evaluation "
+                    "return: train with --eval-interval N to keep the best one"
+                )
         if spec.arch == "anakin":
             system = build_anakin(spec)
             state, meta = checkpointer.restore(system.init(spec.seed), step)

@@ -100,7 +100,8 @@ def test_final_return_takes_the_last_five_percent():
 @pytest.mark.slow
 def test_ppo_learns_cartpole_four_seeds_and_evaluates_greedily(one_device, tmp_path):
     """Trained through a run directory; its final checkpoint, evaluated on 10 fresh greedy
-    episodes per seed (`podracer eval`'s path), returns >= 475."""
+    episodes per seed (`podracer eval`'s path), returns >= 475 for every seed (500 for each of
+    the 4 when this was written)."""
     from podracer import runs
 
     spec = runs.RunSpec(
@@ -119,7 +120,8 @@ def test_ppo_learns_cartpole_four_seeds_and_evaluates_greedily(one_device, tmp_p
     evaluated = runs.evaluate_run(str(tmp_path / "run"), episodes=10)
     print(evaluated)
     assert evaluated["episodes"] == 4 * 10 and evaluated["greedy"]
-    assert evaluated["mean"] >= 475.0
+    assert len(evaluated["per_seed_mean"]) == 4
+    assert min(evaluated["per_seed_mean"]) >= 475.0  # every seed, not only their mean
 
 
 @pytest.mark.slow

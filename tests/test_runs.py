@@ -14,6 +14,7 @@ from podracer import runs
 from podracer.agents import PPOConfig
 from podracer.anakin import AnakinConfig
 from podracer.checkpoint import Checkpointer, CheckpointError
+from podracer.config import ConfigError
 from podracer.sebulba import SebulbaConfig
 
 # 8 updates of 4 envs x 16 steps, two updates per call, checkpoints every 4 updates.
@@ -114,6 +115,39 @@ def test_run_directory_holds_config_metrics_and_events(straight_run):
     assert summary["total_steps"] == 512 and summary["run_dir"] == run_dir
 
 
+def documented_keys(section: str) -> dict[str, str]:
+    """``{key: meaning}`` from the table under ``## <section>`` in docs/metrics.md."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
+    body = text.split(f"\n## {section}")[1].split("\n## ")[0]
+    keys = {}
+    for line in body.splitlines():
+        if line.startswith("| `"):
+            names, meaning = line.strip("| ").split(" | ", 1)
+            keys.update((name, meaning) for name in re.findall(r"`(\w+)`", names))
+    return keys
+
+
+def test_metrics_jsonl_holds_the_documented_keys(straight_run):
+    """Every key of a PPO Anakin run's records is in docs/metrics.md's tables, and every key
+    documented there (but Sebulba's) is in the records."""
+    run_dir, _ = straight_run
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    train_docs = documented_keys("`train` records")
+    eval_docs = documented_keys("`eval` records")
+    sebulba_only = {k for k, meaning in train_docs.items() if meaning.startswith("Sebulba:")}
+    assert sebulba_only == {"actor_sps", "policy_lag", "queue_size"}
+    for record in records:
+        if record["kind"] == "train":
+            assert set(record) == set(train_docs) - sebulba_only, record
+        else:
+            assert record["kind"] == "eval"
+            assert set(record) == set(eval_docs), record
+
+
 def test_anakin_resume_is_bitwise_exact(straight_run, tmp_path):
     run_dir, summary = straight_run
     # A copy of the run as it was after 4 updates: only the checkpoint of update 4.
@@ -151,6 +185,242 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(straight_run, tmp_path, 
     monkeypatch.setattr(runs._Hooks, "after_call", original)
     again = runs.train(spec, interrupted, resume=True, console=False, devices=one_device())
     assert again["params_checksum"] == summary["params_checksum"]
+
+
+def test_ctrl_c_while_reporting_saves_the_state_under_its_own_update_count(
+    straight_run, tmp_path, monkeypatch
+):
+    """Ctrl-C in the progress callback: the host reports a call's metrics while the next call
+    runs, so the state has moved on by one call; its checkpoint is labelled with the updates it
+    holds (6, not the 4 being reported) and resumes to the uninterrupted run, bitwise."""
+    from podracer.logging import Logger
+
+    run_dir, summary = straight_run
+    interrupted = str(tmp_path / "interrupted")
+    spec = dataclasses.replace(
+        SPEC, options=dataclasses.replace(SPEC.options, checkpoint_interval=0, eval_interval=0)
+    )
+    original = Logger.log
+    reported = []
+
+    def stop_at_four(self, record):
+        original(self, record)
+        if record.get("kind", "train") == "train":
+            reported.append(record["updates"])
+            if record["updates"] == 4:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(Logger, "log", stop_at_four)
+    with pytest.raises(runs.Interrupted) as stop:
+        runs.train(spec, interrupted, console=False, devices=one_device())
+    assert reported == [2, 4]
+    assert (stop.value.saved, stop.value.latest) == (6, 6)
+    assert Checkpointer(interrupted).steps() == [6]
+    monkeypatch.setattr(Logger, "log", original)
+    again = runs.train(spec, interrupted, resume=True, console=False, devices=one_device())
+    assert again["start_update"] == 6
+    assert again["params_checksum"] == summary["params_checksum"]
+    (a, meta_a), (b, meta_b) = final_state(run_dir), final_state(interrupted)
+    assert meta_a["updates"] == meta_b["updates"] == 8
+    for x, y in zip(a, b, strict=True):  # params, optimizer, env state, keys, counters
+        np.testing.assert_array_equal(x, y)
+
+
+def test_ctrl_c_before_the_first_update_saves_nothing_and_says_so(tmp_path, monkeypatch):
+    from podracer import anakin, cli
+
+    def interrupt_compiling(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(anakin, "_compiled", interrupt_compiling)
+    run_dir = str(tmp_path / "run")
+    with pytest.raises(runs.Interrupted) as stop:
+        runs.train(SPEC, run_dir, console=False, devices=one_device())
+    assert (stop.value.saved, stop.value.latest) == (None, None)
+    assert Checkpointer(run_dir).steps() == []
+    assert cli.interrupted_message(stop.value, run_dir) == (
+        f"podracer: interrupted; nothing was saved: no checkpoint in {run_dir}"
+    )
+
+
+def test_interrupted_messages_say_what_was_saved(tmp_path):
+    from podracer import cli
+
+    run_dir = str(tmp_path / "run")
+    resume = f"podracer train --resume {run_dir}"
+    assert cli.interrupted_message(runs.Interrupted(6, 6), run_dir) == (
+        f"podracer: interrupted; the state after 6 updates is saved: {resume}"
+    )
+    assert cli.interrupted_message(runs.Interrupted(None, 4), run_dir) == (
+        "podracer: interrupted; the last state could not be saved, the latest checkpoint is "
+        f"of update 4: {resume}"
+    )
+    # A Ctrl-C before the loop (building, compiling) reads the checkpoints on disk.
+    assert cli.interrupted_message(KeyboardInterrupt(), run_dir).endswith(
+        f"nothing was saved: no checkpoint in {run_dir}"
+    )
+    for name in ("4", "12", "12.orbax-checkpoint-tmp-1"):
+        os.makedirs(os.path.join(run_dir, "checkpoints", name))
+    assert "the latest checkpoint is of update 12:" in cli.interrupted_message(
+        KeyboardInterrupt(), run_dir
+    )
+
+
+def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
+    """keep=2: after 5 saves, the last 2 remain plus the best by eval return, also after the
+    directory is opened again (a resumed run); a save without an eval return (Ctrl-C) is kept
+    only while it is among the last 2."""
+    state = {"w": np.arange(3, dtype=np.float32)}
+    with Checkpointer(str(tmp_path), keep=2) as checkpointer:
+        assert checkpointer.best_step() is None
+        for step, eval_return in zip(range(1, 6), [10.0, 50.0, 20.0, 30.0, 40.0], strict=True):
+            checkpointer.save(step, {"w": state["w"] + step}, {"updates": step}, eval_return)
+        assert checkpointer.steps() == [2, 4, 5]
+        assert checkpointer.eval_returns() == {2: 50.0, 4: 30.0, 5: 40.0}
+        assert checkpointer.best_step() == 2
+        restored, meta = checkpointer.restore(state, checkpointer.best_step())
+        np.testing.assert_array_equal(restored["w"], [2.0, 3.0, 4.0])
+        assert meta == {"updates": 2, "eval_return": 50.0}
+    with Checkpointer(str(tmp_path), keep=2) as checkpointer:  # the returns are on disk
+        assert checkpointer.best_step() == 2
+        checkpointer.save(6, state, {"updates": 6})  # no eval return
+        assert checkpointer.steps() == [2, 5, 6]
+        checkpointer.save(7, state, {"updates": 7})
+        assert checkpointer.steps() == [2, 6, 7] and checkpointer.best_step() == 2
+        checkpointer.save(8, state, {"updates": 8}, 60.0)
+        assert checkpointer.steps() == [7, 8]  # the best is among the latest
+        assert checkpointer.best_step() == 8 and checkpointer.eval_returns() == {8: 60.0}
+
+
+def test_evaluate_the_best_checkpoint(straight_run, capsys):
+    run_dir, _ = straight_run
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        evals = [r for r in map(json.loads, f) if r["kind"] == "eval"]
+    best = max(evals, key=lambda r: (r["eval_return"], r["updates"]))["updates"]
+    with Checkpointer(run_dir) as checkpointer:
+        assert checkpointer.eval_returns() == {r["updates"]: r["eval_return"] for r in evals}
+        assert checkpointer.best_step() == best
+    result = runs.evaluate_run(run_dir, episodes=2, best=True)
+    assert result["updates"] == best and result["episodes"] == 2 * 2
+    with pytest.raises(ConfigError, match="--best and --step"):
+        runs.evaluate_run(run_dir, episodes=2, best=True, step=4)
+    from podracer import cli
+
+    assert cli.main(["eval", run_dir, "--best", "--episodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["updates"] == best
+
+
+def test_default_run_dir_names_env_agent_arch_and_time():
+    import re
+    import time
+
+    from podracer.population import PopulationConfig
+
+    before = time.time()
+    name = runs.default_run_dir(SPEC)
+    match = re.fullmatch(r"runs/gymnax_CartPole-v1-ppo-anakin-(\d{8}-\d{6})", name)
+    assert match, name
+    stamp = time.mktime(time.strptime(match.group(1), "%Y%m%d-%H%M%S"))
+    assert before - 1 <= stamp <= time.time()
+    population = dataclasses.replace(SPEC, population=PopulationConfig(size=4))
+    assert re.fullmatch(
+        r"out/gymnax_CartPole-v1-ppo-anakin-pop4-\d{8}-\d{6}",
+        runs.default_run_dir(population, root="out"),
+    )
+
+
+class FakeWandb:
+    """A stand-in for the wandb module: records init's arguments and the logged values."""
+
+    def __init__(self):
+        self.inits, self.logged, self.finished = [], [], 0
+        fake = self
+
+        class Run:
+            def log(self, values, step):
+                fake.logged.append((step, values))
+
+            def finish(self):
+                fake.finished += 1
+
+        self.Run = Run
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        return self.Run()
+
+
+@pytest.mark.parametrize("online", [False, True])
+def test_wandb_logger_is_offline_unless_asked(tmp_path, monkeypatch, online):
+    import sys
+
+    from podracer.logging import make_logger
+
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    config = {"agent": "ppo"}
+    with make_logger(
+        str(tmp_path),
+        512,
+        console=False,
+        tensorboard=False,
+        wandb=True,
+        wandb_online=online,
+        config=config,
+    ) as logger:
+        logger({"step": 128, "updates": 2, "loss": 0.5, "episode_returns": [1.0, None]})
+        logger({"kind": "eval", "step": 256, "eval_return": 21.5, "episodes": 6})
+    assert fake.inits == [
+        {"dir": str(tmp_path), "config": config, "mode": "online" if online else "offline"}
+    ]
+    assert fake.logged == [
+        (128, {"train/updates": 2.0, "train/loss": 0.5}),
+        (256, {"eval/eval_return": 21.5, "eval/episodes": 6.0}),
+    ]
+    assert fake.finished == 1
+
+
+def test_wandb_is_an_optional_extra_not_a_dev_dependency():
+    import tomllib
+    from pathlib import Path
+
+    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    extras = project["optional-dependencies"]
+    assert [r.split(">")[0] for r in extras["wandb"]] == ["wandb"]
+    for requirement in (*project["dependencies"], *extras["dev"]):
+        assert not requirement.startswith("wandb"), requirement
+
+
+class _Stop(Exception):
+    """Raised by a patched make_logger: the test has what it wanted."""
+
+
+@pytest.mark.parametrize(
+    "flags, wandb, online",
+    [([], False, False), (["--wandb"], True, False), (["--wandb-online"], True, True)],
+)
+def test_wandb_flags_reach_the_logger_in_train_and_sweep(
+    tmp_path, monkeypatch, flags, wandb, online
+):
+    from podracer import cli, logging
+
+    calls = []
+
+    def capture(run_dir, total_steps, **kwargs):
+        calls.append(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(runs, "make_logger", capture)
+    monkeypatch.setattr(logging, "make_logger", capture)
+    common = ["--total-timesteps", "512", "--arch.num-envs", "4", "--agent.num-minibatches", "2"]
+    for command in ("train", "sweep"):
+        with pytest.raises(_Stop):
+            cli.main([command, *common, *flags, "--run-dir", str(tmp_path / command), "--quiet"])
+    options = cli.parse_train_args([*common, *flags])[0].options
+    assert (options.wandb, options.wandb_online) == (wandb, online)
+    assert [(c["wandb"], c["wandb_online"]) for c in calls] == [(wandb, online)] * 2
+    assert calls[0]["config"]["options"]["wandb_online"] is online
 
 
 def test_damaged_checkpoint_is_reported_and_the_previous_one_used(straight_run, tmp_path):

@@ -10,6 +10,7 @@ from podracer.agents import impala, ppo, qlambda
 from podracer.agents.impala import IMPALAConfig
 from podracer.agents.ppo import PPOConfig
 from podracer.agents.qlambda import QLambdaConfig
+from podracer.config import ConfigValueError
 
 
 class AgentEntry(NamedTuple):
@@ -31,7 +32,7 @@ AGENTS: dict[str, AgentEntry] = {
 
 def get(name: str) -> AgentEntry:
     if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}: choose one of {', '.join(AGENTS)}")
+        raise ConfigValueError(f"unknown agent {name!r}: choose one of {', '.join(AGENTS)}")
     return AGENTS[name]
 
 

@@ -15,6 +15,7 @@ import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
+from podracer.config import ConfigValueError
 from podracer.types import Agent, Learner, LearnerState, Trajectory
 
 
@@ -171,7 +172,7 @@ def make_learner(
         batch = agent.prepare(state.params, traj, mean_fn)
         num_samples = jax.tree.leaves(batch)[0].shape[0]
         if num_samples % num_minibatches:
-            raise ValueError(
+            raise ConfigValueError(
                 f"make_learner: num_minibatches={num_minibatches} does not divide the "
                 f"{num_samples} samples of a batch on one device; choose a divisor of "
                 f"{num_samples}"

@@ -10,6 +10,7 @@ import difflib
 from collections.abc import Callable
 from typing import Any
 
+from podracer.config import ConfigValueError
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax import DISCRETE_IDS, GymnaxEnvironment
 from podracer.envs.wrappers import EpisodeStatistics
@@ -42,7 +43,9 @@ def make(env_id: str, **kwargs):
     known = (*KNOWN_IDS, *_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"unknown environment id {env_id!r}.{hint} Known ids: {', '.join(known)}")
+    raise ConfigValueError(
+        f"unknown environment id {env_id!r}.{hint} Known ids: {', '.join(known)}"
+    )
 
 
 __all__ = ["KNOWN_IDS", "Catch", "EpisodeStatistics", "GymnaxEnvironment", "make", "register"]

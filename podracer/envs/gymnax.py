@@ -13,6 +13,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from podracer.config import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
 
 # Every discrete-action environment of gymnax's registry. MNISTBandit-bsuite is left out: it
@@ -49,7 +50,7 @@ class GymnaxEnvironment:
         from gymnax.environments import spaces
 
         if name not in DISCRETE_IDS:
-            raise ValueError(
+            raise ConfigValueError(
                 f"gymnax environment {name!r} is not supported: podracer's gymnax adapter takes "
                 f"the discrete-action environments {', '.join(DISCRETE_IDS)}"
             )

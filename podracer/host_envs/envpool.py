@@ -71,7 +71,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from podracer.config import ConfigError, check_positive, check_range
+from podracer.config import ConfigError, ConfigValueError, check_positive, check_range
 from podracer.types import DiscreteActionSpec, EpisodeInfo, ObservationSpec, TimeStep
 
 PREFIX = "envpool:"
@@ -621,12 +621,13 @@ def make(
         config under envpool's names.
 
     Raises:
-      ValueError: an unknown id, a task with continuous actions or a non-array observation, an
-        unknown option or one the task does not take.
-      ConfigError: a value that is not allowed (also a ``ValueError``).
+      ConfigValueError: (a ``ConfigError`` and a ``ValueError``) an unknown id, a task with
+        continuous actions or a non-array observation, an unknown option or one the task does
+        not take.
+      ConfigError: a value that is not allowed.
     """
     if not isinstance(env_id, str) or not env_id.startswith(PREFIX):
-        raise ValueError(
+        raise ConfigValueError(
             f"environment id {env_id!r} is not allowed: envpool ids look like "
             f"'{PREFIX}<task>', e.g. '{PREFIX}CartPole-v1' or '{PREFIX}Breakout-v5'"
         )
@@ -638,7 +639,7 @@ def make(
     if task not in all_ids:
         close = difflib.get_close_matches(task, all_ids, n=5, cutoff=0.6)
         hint = f"close matches: {', '.join(PREFIX + c for c in close)}; " if close else ""
-        raise ValueError(
+        raise ConfigValueError(
             f"envpool task {task!r} (from {env_id!r}) does not exist: {hint}"
             "envpool.list_all_envs() lists every task id"
         )
@@ -648,12 +649,12 @@ def make(
     with _quiet_spaces():
         action_space, observation_space = spec.action_space, spec.observation_space
     if type(action_space).__name__ != "Discrete":
-        raise ValueError(
+        raise ConfigValueError(
             f"{env_id} is not allowed: its actions are {action_space}; podracer's envpool "
             "adapter takes tasks with discrete actions"
         )
     if type(observation_space).__name__ != "Box":
-        raise ValueError(
+        raise ConfigValueError(
             f"{env_id} is not allowed: its observation is {observation_space}; podracer's "
             "envpool adapter takes tasks with one array observation"
         )
@@ -684,15 +685,15 @@ def make(
     allowed = sorted(allowed | set(ATARI_OPTIONS)) if atari else sorted(allowed)
     for name, value in options.items():
         if name in ATARI_OPTIONS and not atari:
-            raise ValueError(
+            raise ConfigValueError(
                 f"{env_id}: option {name}={value!r} is not allowed: it is an option of "
                 f"envpool's Atari tasks ('{PREFIX}<Game>-v5'); {task} takes: "
                 f"{', '.join(allowed) or 'no options'}"
             )
         if name == "stack_num":
-            raise ValueError(f"{env_id}: option stack_num is not allowed: use frame_stack")
+            raise ConfigValueError(f"{env_id}: option stack_num is not allowed: use frame_stack")
         if name in _MANAGED or name not in allowed:
-            raise ValueError(
+            raise ConfigValueError(
                 f"{env_id}: option {name}={value!r} is not allowed: {task} takes: "
                 f"{', '.join(allowed) or 'no options'} (and make's num_envs, batch_size, seed, "
                 "num_threads)"

@@ -35,6 +35,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer.anakin import final_returns, params_checksum
+from podracer.config import ConfigValueError
 from podracer.core.learner import LearnerExecution, make_learner
 from podracer.parallel import (
     DATA_AXIS,
@@ -241,7 +242,7 @@ def run(
     for field in ("actor_device_ids", "learner_device_ids"):
         bad = [i for i in getattr(config, field) if i >= len(devices)]
         if bad:
-            raise ValueError(
+            raise ConfigValueError(
                 f"SebulbaConfig.{field} has ids {bad} but only {len(devices)} local devices exist"
             )
     actor_devices = [devices[i] for i in config.actor_device_ids]
@@ -253,7 +254,7 @@ def run(
     steps_per_update = config.steps_per_update * num_processes
     num_updates = max(1, total_timesteps // steps_per_update)
     if not 0 <= start_update < num_updates:
-        raise ValueError(
+        raise ConfigValueError(
             f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
             f"of {steps_per_update} steps (total_timesteps={total_timesteps})"
         )

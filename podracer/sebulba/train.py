@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 
+from podracer.config import ConfigValueError
 from podracer.core.learner import choose_execution
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.system import SebulbaResult, run
@@ -37,9 +38,9 @@ def env_factory(
     else:
         envs.make(env_id)  # fail now, with the list of known ids
         if env_options:
-            raise ValueError(f"env_options {sorted(env_options)} apply to envpool ids only")
+            raise ConfigValueError(f"env_options {sorted(env_options)} apply to envpool ids only")
         if config.async_batch_size:
-            raise ValueError(
+            raise ConfigValueError(
                 f"SebulbaConfig.async_batch_size={config.async_batch_size} needs an envpool "
                 f"environment, not {env_id!r}"
             )
