@@ -161,6 +161,58 @@ def render_section(section: ConfigSection) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_train_flags() -> str:
+    """The flags of ``podracer train`` that are neither config fields nor run options, from its
+    argument parser."""
+    from podracer.cli import OPTION_FLAGS, train_flags
+
+    options = {flag.split()[0] for flag in OPTION_FLAGS.values()}
+    lines = [
+        "## Top-level flags of `podracer train`",
+        "",
+        "The selectors (`--arch`, `--agent`, `--env`, `--total-timesteps`, `--seed`) choose the "
+        "configs below; the run options that follow are top-level flags too. `podracer sweep` "
+        "takes them as well, except `--resume`, `--resume-step` and `--population`.",
+        "",
+        "| flag | help |",
+        "|---|---|",
+    ]
+    for flag, help_text in train_flags():
+        if flag.split()[0] not in options:
+            lines.append(f"| `{flag}` | {_cell(help_text)} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_run_options() -> str:
+    """:class:`~podracer.runs.RunOptions`: one row per field, with its flag and its key in the
+    ``options`` section of a config file."""
+    from podracer.cli import OPTION_FLAGS
+    from podracer.runs import RunOptions
+
+    lines = [
+        f"## Run options: `{RunOptions.__module__}.{RunOptions.__qualname__}`",
+        "",
+        class_doc(RunOptions),
+        "",
+        "Top-level flags (a boolean's flag sets the value that is not its default); in a "
+        "`--config` file and in `config.json`, the keys of the `options` section.",
+        "",
+        "| flag | `options` key | type | default | help |",
+        "|---|---|---|---|---|",
+    ]
+    docs = field_docs(RunOptions)
+    for field in dataclasses.fields(RunOptions):
+        row = (
+            f"`{OPTION_FLAGS[field.name]}`",
+            f"`{field.name}`",
+            f"`{_cell(type_name(field))}`",
+            f"`{_cell(command_line_value(default_value(field)))}`",
+            _cell(docs.get(field.name, "")),
+        )
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render() -> str:
     """The whole reference as Markdown; the same text for the same code."""
     header = f"""# Config reference
@@ -174,7 +226,9 @@ the configs below; every field is then a flag, `--agent.FIELD VALUE` for the age
 (`--agent.hidden-sizes 128 128`). `podracer train --arch ARCH --agent AGENT --help` shows the
 same fields with the defaults of that combination.
 """
-    body = "\n".join(render_section(s) for s in sections())
+    body = "\n".join(
+        [render_train_flags(), render_run_options(), *(render_section(s) for s in sections())]
+    )
     return header + "\n" + body
 
 
@@ -203,7 +257,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["ConfigSection", "class_doc", "field_docs", "flag", "main", "render", "sections"]
+__all__ = [
+    "ConfigSection",
+    "class_doc",
+    "field_docs",
+    "flag",
+    "main",
+    "render",
+    "render_run_options",
+    "render_train_flags",
+    "sections",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -88,3 +88,61 @@ def test_check_mode(tmp_path, capsys):
     assert config_reference.main(["--out", str(stale)]) == 0
     assert stale.read_text() == config_reference.render()
     assert config_reference.main(["--check", "--out", str(stale)]) == 0
+
+
+def test_run_options_table_has_every_field_with_its_flag():
+    from podracer.cli import OPTION_FLAGS
+    from podracer.runs import RunOptions
+
+    text = config_reference.render_run_options()
+    assert text in config_reference.render()
+    docs = config_reference.field_docs(RunOptions)
+    assert set(OPTION_FLAGS) == {f.name for f in dataclasses.fields(RunOptions)}
+    for field in dataclasses.fields(RunOptions):
+        rows = [line for line in text.splitlines() if f"| `{field.name}` |" in line]
+        assert len(rows) == 1, field.name
+        assert rows[0].startswith(f"| `{OPTION_FLAGS[field.name]}` | `{field.name}` |")
+        assert f"| `{field.default}` |" in rows[0]
+        assert docs.get(field.name) and " ".join(docs[field.name].split()) in rows[0]
+    assert (
+        "| `--keep-checkpoints K` | `keep_checkpoints` | `int` | `3` | Checkpoints kept: the "
+        "latest ones, plus the best by evaluation return. |" in text
+    )
+
+
+def test_every_option_flag_sets_its_field():
+    """The flags the table names are the parser's: each sets its field to a non-default value."""
+    from podracer.cli import OPTION_FLAGS, parse_train_args
+    from podracer.runs import RunOptions
+
+    defaults = RunOptions()
+    for name, flag in OPTION_FLAGS.items():
+        args = flag.split()
+        if len(args) == 2:
+            args[1] = "7"
+        options = parse_train_args(args)[0].options
+        changed = {
+            f.name
+            for f in dataclasses.fields(RunOptions)
+            if getattr(options, f.name) != getattr(defaults, f.name)
+        }
+        expected = {name, "wandb"} if name == "wandb_online" else {name}
+        assert changed == expected, flag
+        assert getattr(options, name) == (7 if len(args) == 2 else not getattr(defaults, name))
+
+
+def test_top_level_flags_table():
+    text = config_reference.render_train_flags()
+    rows = [line for line in text.splitlines() if line.startswith("| `--")]
+    flags = [row.split("`")[1] for row in rows]
+    assert flags[:5] == [
+        "--arch ARCH",
+        "--agent NAME",
+        "--env ID",
+        "--total-timesteps N",
+        "--seed S",
+    ]
+    for flag in ("--resume DIR", "--run-dir DIR", "--config FILE", "--coordinator HOST:PORT"):
+        assert flag in flags
+    assert not any(f.startswith(("--eval-", "--wandb", "--checkpoint-")) for f in flags)
+    assert "| `--run-dir DIR` | run directory (default runs/<env>-<agent>-<arch>-<time>) |" in text
