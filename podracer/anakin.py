@@ -53,7 +53,7 @@ class AnakinConfig:
     """``unroll`` of the rollout's time scan (1 measured fastest on XLA:CPU, see benchmarks)."""
     learner_unroll: int = 0
     """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
-    image torsos on CPU, loops elsewhere)."""
+    Nature CNN on CPU, loops elsewhere, the IMPALA ResNet included)."""
     learner_microbatch: int = 0
     """Environment steps per gradient slice: each minibatch's gradient is accumulated over
     slices of at most this many steps (0: automatic — 32 for the image torsos on CPU, where it

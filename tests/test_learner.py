@@ -239,7 +239,7 @@ def test_microbatched_update_on_two_devices_equals_one_device(one_device, two_de
 def test_execution_is_chosen_per_backend_and_torso():
     cpu = jax.devices("cpu")[:1]
     loop = AnakinConfig()
-    assert choose_execution(IMPALAConfig(torso="impala_resnet"), loop, cpu) == (True, 32)
+    assert choose_execution(IMPALAConfig(torso="impala_resnet"), loop, cpu) == (1, 32)
     assert choose_execution(PPOConfig(torso="nature_cnn"), loop, cpu) == (True, 32)
     assert choose_execution(PPOConfig(), loop, cpu) == (1, 0)
     for platform in ("gpu", "tpu"):  # the CPU layout must not leak into the accelerators' path

@@ -62,7 +62,9 @@ def make_learner(
         convolution backward passes inside loops many times slower than outside (37x for an
         IMPALA ResNet update, ``benchmarks/learner_unroll.py``; ``lax.scan(unroll=True)`` is not
         enough: it keeps a one-trip loop around the unrolled body), so the loops choose it there
-        for the image torsos (:func:`choose_execution`); other backends keep the loops.
+        for image torsos whose convolutions keep JAX's gradient (:func:`choose_execution`;
+        the IMPALA ResNet's go through :mod:`podracer.ops` and run well in loops); other
+        backends keep the loops.
       microbatch_steps: when > 0, each minibatch's gradient is the mean of the gradients of
         equal slices of at most this many environment steps each (whole samples: one IMPALA
         sample is a sequence), taken one after another — gradient accumulation. For losses that
@@ -207,6 +209,9 @@ def make_learner(
 
 IMAGE_TORSOS = ("nature_cnn", "impala_resnet")
 
+LOOP_FRIENDLY_TORSOS = ("impala_resnet",)
+"""Image torsos whose every convolution has stride 1, so that their gradients go through
+:mod:`podracer.ops` and XLA:CPU runs them as fast inside the learner's loops as outside."""
 
 CPU_IMAGE_MICROBATCH_STEPS = 32
 """Gradient slice size for the image torsos on XLA:CPU (``benchmarks/learner_unroll.py``)."""
@@ -224,16 +229,20 @@ def choose_execution(agent_config, config, devices=None) -> LearnerExecution:
     """The learner's layout for a loop ``config`` (its ``learner_unroll`` and
     ``learner_microbatch``; 0 means automatic) on ``devices``.
 
-    Automatic, for an image torso on XLA:CPU: ``unroll=True`` (no loops), because a
-    convolution's backward pass inside a loop runs many times slower than unrolled, and slices
-    of ``CPU_IMAGE_MICROBATCH_STEPS`` steps, because it runs 2-3x faster over small slices than
-    over a whole minibatch (both measured by ``benchmarks/learner_unroll.py``). Elsewhere the
-    loops (GPU and TPU compile them well, and unrolling only lengthens their compile) and one
-    slice per minibatch."""
+    Automatic, for an image torso on XLA:CPU: gradient slices of ``CPU_IMAGE_MICROBATCH_STEPS``
+    steps, because a convolution's gradient runs 2-3x faster over small slices than over a whole
+    minibatch; and the epoch, minibatch and slice loops kept as loops for the IMPALA ResNet,
+    whose convolutions' gradients :mod:`podracer.ops` writes so that XLA:CPU runs them at full
+    speed in loops, but unrolled (``unroll=True``, straight-line code) for the Nature CNN, whose
+    strided convolutions keep JAX's gradient, which XLA:CPU runs tens of times slower inside a
+    loop (all measured by ``benchmarks/learner_unroll.py``; straight-line code costs minutes of
+    compilation and gigabytes of memory). Elsewhere the loops and one slice per minibatch."""
     platform = (devices[0] if devices else jax.devices()[0]).platform
-    cpu_image = platform == "cpu" and getattr(agent_config, "torso", "mlp") in IMAGE_TORSOS
+    torso = getattr(agent_config, "torso", "mlp")
+    cpu_image = platform == "cpu" and torso in IMAGE_TORSOS
+    straight_line = cpu_image and torso not in LOOP_FRIENDLY_TORSOS
     return LearnerExecution(
-        unroll=config.learner_unroll or (True if cpu_image else 1),
+        unroll=config.learner_unroll or (True if straight_line else 1),
         microbatch_steps=config.learner_microbatch
         or (CPU_IMAGE_MICROBATCH_STEPS if cpu_image else 0),
     )

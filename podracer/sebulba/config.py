@@ -32,7 +32,7 @@ class SebulbaConfig:
     """envpool worker threads per actor (0: envpool's default)."""
     learner_unroll: int = 0
     """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
-    image torsos on CPU, loops elsewhere)."""
+    Nature CNN on CPU, loops elsewhere, the IMPALA ResNet included)."""
     learner_microbatch: int = 0
     """Environment steps per gradient slice: each minibatch's gradient is accumulated over
     slices of at most this many steps (0: automatic — 32 for the image torsos on CPU, where it

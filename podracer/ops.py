@@ -1,0 +1,128 @@
+"""Array operations the networks use, where a backend needs them written differently.
+
+:func:`conv_general_dilated` is ``lax.conv_general_dilated`` with, on XLA:CPU, a gradient made of
+operations that run as fast inside a loop as outside one. XLA:CPU computes the gradients of a
+convolution as convolutions with unusual dimension numbers (batch and feature axes swapped for
+the kernel's gradient); outside a loop it picks layouts that send them to its fast (Eigen)
+kernels, but inside a ``while`` loop — every ``lax.scan``, so every learner that scans over epochs
+and minibatches — it cannot, and runs them through a generic emitter tens of times slower
+(jax-ml/jax#12868; 68x for one IMPALA ResNet gradient over 32 frames, ``benchmarks/README.md``).
+
+Here, for stride-1 convolutions of ``NHWC`` images with ``HWIO`` kernels (every convolution of
+the IMPALA ResNet), the backward pass on CPU is
+
+- ``dx``: a forward ``NHWC`` convolution of ``dy`` with the kernel flipped in space and its input
+  and output channels swapped, padded by ``k - 1 - pad``;
+- ``dw[i, j] = sum_{n, h, w} x_pad[n, h + i, w + j, :]^T dy[n, h, w, :]``: one matrix product per
+  kernel offset, ``[C, N*H*W] @ [N*H*W, O]``.
+
+Both are ordinary forward convolutions and dots, which XLA:CPU runs at full speed in loops.
+Other backends (GPU, TPU) and other convolutions (strides, dilations, groups, other layouts)
+use JAX's own gradient, unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _forward(x, w, padding):
+    return lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=_NHWC)
+
+
+def _cpu_gradients(x, w, dy, padding):
+    """``(dx, dw)`` of a stride-1 ``NHWC`` / ``HWIO`` convolution from forward convs and dots."""
+    kh, kw = w.shape[:2]
+    (top, bottom), (left, right) = padding
+    flipped = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)  # [kh, kw, O, C]
+    dx_padding = ((kh - 1 - top, kh - 1 - bottom), (kw - 1 - left, kw - 1 - right))
+    dx = _forward(dy, flipped, dx_padding)
+    x_pad = jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    out_h, out_w = dy.shape[1:3]
+    dw = jnp.stack(
+        [
+            jnp.einsum("nhwc,nhwo->co", x_pad[:, i : i + out_h, j : j + out_w, :], dy)
+            for i in range(kh)
+            for j in range(kw)
+        ]
+    ).reshape(w.shape)
+    return dx, dw
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _stride1_conv(x, w, padding):
+    return _forward(x, w, padding)
+
+
+def _stride1_conv_fwd(x, w, padding):
+    return _forward(x, w, padding), (x, w)
+
+
+def _stride1_conv_bwd(padding, residuals, dy):
+    x, w = residuals
+
+    def default(x, w, dy):
+        _, vjp = jax.vjp(lambda x, w: _forward(x, w, padding), x, w)
+        return vjp(dy)
+
+    return lax.platform_dependent(
+        x, w, dy, cpu=lambda x, w, dy: _cpu_gradients(x, w, dy, padding), default=default
+    )
+
+
+_stride1_conv.defvjp(_stride1_conv_fwd, _stride1_conv_bwd)
+
+
+def conv_general_dilated(
+    lhs,
+    rhs,
+    window_strides,
+    padding,
+    lhs_dilation=None,
+    rhs_dilation=None,
+    dimension_numbers=None,
+    feature_group_count=1,
+    batch_group_count=1,
+    precision=None,
+    preferred_element_type=None,
+):
+    """``lax.conv_general_dilated`` (same arguments, same values); stride-1 ``NHWC`` / ``HWIO``
+    convolutions get the loop-friendly CPU gradient described in the module docstring. Pass it
+    as ``flax.linen.Conv(..., conv_general_dilated=conv_general_dilated)``."""
+    ndim = lhs.ndim
+    plain = (
+        ndim == 4
+        and tuple(window_strides) == (1, 1)
+        and all(d == 1 for d in (lhs_dilation or (1, 1)))
+        and all(d == 1 for d in (rhs_dilation or (1, 1)))
+        and feature_group_count == 1
+        and batch_group_count == 1
+        and precision is None
+        and preferred_element_type is None
+        and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+        == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
+    )
+    if not plain:
+        return lax.conv_general_dilated(
+            lhs,
+            rhs,
+            window_strides,
+            padding,
+            lhs_dilation=lhs_dilation,
+            rhs_dilation=rhs_dilation,
+            dimension_numbers=dimension_numbers,
+            feature_group_count=feature_group_count,
+            batch_group_count=batch_group_count,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
+        )
+    if isinstance(padding, str):
+        padding = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], (1, 1), padding)
+    padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+    return _stride1_conv(lhs, rhs, padding)

@@ -1,0 +1,85 @@
+"""podracer.ops: the loop-friendly CPU gradient of stride-1 convolutions equals JAX's own."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from podracer import networks, ops
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _loss(conv, x, w, padding, strides=(1, 1)):
+    y = conv(x, w, strides, padding, dimension_numbers=NHWC)
+    return jnp.sum(jnp.sin(y) * jnp.arange(y.size, dtype=y.dtype).reshape(y.shape) / y.size)
+
+
+@pytest.mark.parametrize("kernel", [(3, 3), (1, 1), (4, 2)])
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((2, 0), (1, 1))])
+def test_values_and_gradients_equal_jax_conv(kernel, padding):
+    x = jax.random.normal(jax.random.key(0), (2, 9, 8, 3))
+    w = jax.random.normal(jax.random.key(1), (*kernel, 3, 5))
+    y = ops.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=NHWC)
+    y_ref = lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=NHWC)
+    np.testing.assert_array_equal(y, y_ref)
+    grads = jax.grad(_loss, (1, 2))(ops.conv_general_dilated, x, w, padding)
+    reference = jax.grad(_loss, (1, 2))(lax.conv_general_dilated, x, w, padding)
+    for g, r in zip(grads, reference, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_gradient_inside_scan_and_vmap_equals_jax_conv():
+    """The learner's situation: gradients inside a lax.scan, and a vmap over members."""
+    xs = jax.random.normal(jax.random.key(2), (3, 2, 2, 7, 7, 4))  # [steps, members, N, H, W, C]
+    w = jax.random.normal(jax.random.key(3), (2, 3, 3, 4, 4))  # [members, ...]
+
+    def train(conv):
+        def step(w, x):
+            g = jax.vmap(jax.grad(lambda w, x: _loss(conv, x, w, "SAME")))(w, x)
+            return w - 0.1 * g, None
+
+        return jax.jit(lambda w, xs: jax.lax.scan(step, w, xs)[0])(w, xs)
+
+    np.testing.assert_allclose(
+        train(ops.conv_general_dilated), train(lax.conv_general_dilated), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_the_cpu_gradient_is_the_one_taken_and_other_convs_fall_back():
+    x = jnp.ones((1, 6, 6, 2))
+    w = jnp.ones((3, 3, 2, 2))
+    taken = jax.make_jaxpr(_loss, static_argnums=(0, 3))(ops.conv_general_dilated, x, w, "SAME")
+    assert "custom_vjp_call" in str(taken)
+    strided = jax.make_jaxpr(lambda w: _loss(ops.conv_general_dilated, x, w, "SAME", (2, 2)))
+    assert "custom_vjp_call" not in str(strided(w))
+    np.testing.assert_allclose(
+        jax.grad(lambda w: _loss(ops.conv_general_dilated, x, w, "SAME", (2, 2)))(w),
+        jax.grad(lambda w: _loss(lax.conv_general_dilated, x, w, "SAME", (2, 2)))(w),
+    )
+
+
+def test_impala_resnet_gradient_equals_the_flax_default_conv(monkeypatch):
+    """The torso with podracer's convolutions has the same outputs and gradients as with
+    flax's default convolution (``lax.conv_general_dilated``)."""
+    obs = jax.random.randint(jax.random.key(4), (2, 4, 20, 20), 0, 255).astype(jnp.uint8)
+    torso = networks.ImpalaResNet(channels=(4, 8), hidden_size=16)
+    params = torso.init(jax.random.key(5), obs)
+
+    def loss(p):
+        return jnp.sum(torso.apply(p, obs) ** 2)
+
+    out, grads = torso.apply(params, obs), jax.grad(loss)(params)
+    assert "custom_vjp_call" in str(jax.make_jaxpr(loss)(params))
+    monkeypatch.setattr(ops, "conv_general_dilated", lax.conv_general_dilated)
+
+    def reference_loss(p):  # a new function: JAX caches traces by function
+        return jnp.sum(torso.apply(p, obs) ** 2)
+
+    assert "custom_vjp_call" not in str(jax.make_jaxpr(reference_loss)(params))
+    np.testing.assert_array_equal(out, torso.apply(params, obs))
+    leaves = jax.tree.leaves(grads)
+    assert len(leaves) == 2 * 2 * 5 + 2  # 2 stages x 5 convs x (kernel, bias), the dense layer
+    for g, r in zip(leaves, jax.tree.leaves(jax.grad(reference_loss)(params)), strict=True):
+        np.testing.assert_allclose(g, r, rtol=2e-4, atol=1e-6)
