@@ -3,17 +3,20 @@ minibatch loops as ``lax.scan`` or unrolled; gradients over whole minibatches or
 over slices), on the default backend.
 
     python benchmarks/learner_unroll.py                       # PPO and IMPALA, IMPALA ResNet
-    python benchmarks/learner_unroll.py --unrolls true,1      # also the loops (minutes per update)
+    python benchmarks/learner_unroll.py --unrolls 1,true      # also straight-line (long compile)
     python benchmarks/learner_unroll.py --torsos nature_cnn,impala_resnet --agents ppo
+    python benchmarks/learner_unroll.py --agents impala --unrolls 1 --microbatches 0 \
+        --jax-conv-grad --num-envs 2 --repeats 1  # JAX's conv gradient in loops (minutes)
 
-XLA:CPU runs convolution backward passes inside loops much slower than the same computation
-outside one (jax-ml/jax#12868), and over a large batch slower per frame than over a small one;
-this measures both on the batch Sebulba's Breakout benchmark uses (16 environments x 32 steps of
-4 x 84 x 84 uint8 frames). One JSON line per configuration with the seconds per update
-(``update_s``), environment steps learnt per second (``sps``), the compile seconds, the peak
-memory and, in the same process, the seconds of the same SGD steps run one by one as separate
-jitted calls (no loop, whole minibatches). The environment does not take part here; its speed is
-in ``sebulba_throughput.py``'s ``env_only_sps``.
+XLA:CPU runs JAX's convolution backward passes inside loops much slower than the same computation
+outside one (jax-ml/jax#12868; ``podracer.ops`` gives the IMPALA ResNet a gradient that does not
+suffer from it, ``--jax-conv-grad`` takes JAX's), and over a large batch slower per frame than over
+a small one; this measures both on the batch Sebulba's Breakout benchmark uses (16 environments x 32
+steps of 4 x 84 x 84 uint8 frames). One JSON line per configuration with the seconds per update
+(``update_s``), environment steps learnt per second (``sps``), the compile seconds, the peak memory
+and, in the same process, the seconds of the same SGD steps run one by one as separate jitted calls
+(no loop, whole minibatches). The environment does not take part here; its speed is in
+``sebulba_throughput.py``'s ``env_only_sps``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import agents
+from podracer import agents, ops
 from podracer.core.learner import make_learner
 from podracer.types import ActorOutput, Trajectory
 
@@ -137,7 +140,14 @@ def main(argv=None) -> None:
     parser.add_argument("--rollout-len", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--unrolls", default="true", help="true (no loops) and/or 1 (the loops; minutes)"
+        "--unrolls", default="1", help="1 (the loops) and/or true (no loops: straight-line code)"
+    )
+    parser.add_argument(
+        "--jax-conv-grad",
+        action="store_true",
+        help="the convolutions' gradient as JAX computes it (flax's default conv), not "
+        "podracer.ops' loop-friendly one: the layout of a learner written with flax's convs "
+        "and lax.scan loops (tens of times slower in loops on XLA:CPU: use a small batch)",
     )
     parser.add_argument(
         "--microbatches",
@@ -145,14 +155,17 @@ def main(argv=None) -> None:
         help="gradient slice sizes in steps (0: whole minibatches), comma-separated",
     )
     args = parser.parse_args(argv)
+    if args.jax_conv_grad:  # what podracer.networks passes to flax's Conv
+        ops.conv_general_dilated = jax.lax.conv_general_dilated
     traj = example_trajectory(args.rollout_len, args.num_envs, num_actions=4)
     for agent_name in args.agents.split(","):
         for torso in args.torsos.split(","):
             loose = straight_line(agent_name, torso, traj, args.repeats)
             choices = {"true": True, "1": 1}
-            for unroll in (choices[u] for u in args.unrolls.split(",")):  # the slow one last
+            for unroll in (choices[u] for u in args.unrolls.split(",")):
                 for steps in (int(m) for m in args.microbatches.split(",")):
                     line = bench(agent_name, torso, unroll, steps, traj, args.repeats)
+                    line["conv_grad"] = "jax" if args.jax_conv_grad else "podracer.ops"
                     line["separate_calls_s"] = round(loose, 4)
                     line["slowdown_vs_separate"] = round(line["update_s"] / loose, 2)
                     print(json.dumps(line), flush=True)

@@ -242,6 +242,34 @@ def test_sebulba_two_processes_learn_envpool_cartpole_with_equal_params(tmp_path
     assert first["final_return"] >= 150.0  # random play: about 22
 
 
+def test_anakin_resume_across_two_processes_is_exact(tmp_path):
+    """Checkpoints are collective (every process writes its shards, ``docs/scaling.md``): two
+    processes that stop half-way and resume end bitwise where two processes that never stopped
+    end, on both processes."""
+    args = [a for a in ANAKIN_ARGS if a not in ("--total-timesteps", "2048")]
+    args += ["--agent.anneal-lr", "False"]  # the same schedule whatever the planned length
+    status, lines, err = _launch(2, [*args, "--total-timesteps", "1024"], tmp_path / "half", 1, 200)
+    assert status == 0, err[-3000:]
+    assert all(line["total_steps"] == 1024 for line in lines)
+    resume = ["--resume", str(tmp_path / "half" / "run"), "--total-timesteps", "2048", "--quiet"]
+    status, resumed, err = _launch(2, resume, tmp_path / "resumed", 1, 200)
+    assert status == 0, err[-3000:]
+    status, straight, err = _launch(
+        2, [*args, "--total-timesteps", "2048"], tmp_path / "all", 1, 200
+    )
+    assert status == 0, err[-3000:]
+    assert sorted(line["process"] for line in resumed) == [0, 1]
+    assert all(line["start_update"] == 8 and line["num_updates"] == 16 for line in resumed)
+    checksums = {line["params_checksum"] for line in resumed + straight}
+    assert len(checksums) == 1, checksums
+    for process in (0, 1):
+        got = _load(tmp_path / "resumed" / f"params_{process}.npz")
+        want = _load(tmp_path / "all" / f"params_{process}.npz")
+        assert len(got) == len(want) == 12
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize(
     ("how", "victim"),
     [("killed", 1), ("frozen", 1), ("killed", 0)],
