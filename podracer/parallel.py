@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from podracer.config import ConfigError
+from podracer.config import ConfigError, ConfigValueError
 
 DATA_AXIS = "data"
 """The one name of the data-parallel axis, in every loop and in the learner core."""
@@ -119,8 +119,9 @@ def devices_by_local_ids(local_ids: Sequence[int]) -> list[jax.Device]:
         local = jax.local_devices(process_index=process)
         bad = [i for i in local_ids if not 0 <= i < len(local)]
         if bad:
-            raise ValueError(
-                f"local device ids {bad} do not exist: process {process} has {len(local)} devices"
+            raise ConfigValueError(
+                f"local device ids {bad} do not exist: process {process} has {len(local)} "
+                f"devices (ids 0..{len(local) - 1})"
             )
         devices.extend(local[i] for i in local_ids)
     return devices
@@ -145,7 +146,8 @@ def local_copy(x: jax.Array) -> jax.Array:
 
 
 def is_main_process() -> bool:
-    """True on process 0: the one that prints progress, writes logs and checkpoints."""
+    """True on process 0: the one that prints progress and writes logs (checkpoints are written
+    by every process: orbax's save is collective)."""
     return jax.process_index() == 0
 
 

@@ -447,3 +447,23 @@ def test_detect_cluster_without_jax_registry_is_no_cluster(monkeypatch):
 
     monkeypatch.delattr(clusters.ClusterEnv, "_cluster_types")
     assert parallel.detect_cluster() is False
+
+
+def test_devices_by_local_ids_and_global_array_on_one_process():
+    """One process, two virtual devices: the learner devices are the named local ones, in order,
+    and a global array from process-local data is that data, split as asked."""
+    import jax
+
+    local = jax.local_devices()
+    assert len(local) == 2  # tests/conftest.py
+    assert parallel.devices_by_local_ids([1]) == [local[1]]
+    assert parallel.devices_by_local_ids([1, 0]) == [local[1], local[0]]
+    with pytest.raises(ConfigError, match=r"local device ids \[2\] do not exist.*ids 0..1"):
+        parallel.devices_by_local_ids([0, 2])
+    mesh = parallel.data_mesh(local)
+    data = {"obs": np.arange(3 * 4 * 2, dtype=np.float32).reshape(3, 4, 2)}
+    array = parallel.global_array(parallel.sharded(mesh, 1), data)
+    np.testing.assert_array_equal(np.asarray(array["obs"]), data["obs"])
+    shards = sorted(array["obs"].addressable_shards, key=lambda s: s.index[1].start)
+    assert [s.data.shape for s in shards] == [(3, 2, 2), (3, 2, 2)]
+    np.testing.assert_array_equal(np.asarray(shards[1].data), data["obs"][:, 2:])
