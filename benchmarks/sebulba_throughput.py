@@ -70,10 +70,10 @@ def actor_only_sps(env_id: str, agent_config, config: SebulbaConfig, rollouts: i
     act = make_act(agent)
     timestep = env.reset()
     keys = jax.device_put(rollout_keys(jax.random.key(1), config.rollout_len), device)
-    host_rollout(env, act, params, timestep, keys, device=device)  # compile
+    host_rollout(env, act, params, timestep, keys)  # compile
     start = time.perf_counter()
     for _ in range(rollouts):
-        timestep, _, _ = host_rollout(env, act, params, timestep, keys, device=device)
+        timestep, _, _ = host_rollout(env, act, params, timestep, keys)
     elapsed = time.perf_counter() - start
     env.close()
     return rollouts * config.rollout_len * config.envs_per_actor / elapsed

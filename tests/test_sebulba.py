@@ -232,7 +232,7 @@ def test_async_collector_keeps_each_env_sequence():
     collector = AsyncCollector(env, rollout_len=40)
     act = make_act(agent)
     for rollout in range(2):
-        traj, stats = collector.rollout(act, params, jax.random.key(rollout), Timers(), None)
+        traj, stats = collector.rollout(act, params, jax.random.key(rollout), Timers())
         assert traj.obs.shape == (40, 6, 4) and traj.behaviour.logits.shape == (40, 6, 2)
         done = traj.terminated | traj.truncated
         for i in range(6):

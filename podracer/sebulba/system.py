@@ -77,12 +77,13 @@ class Timers:
 
 
 def host_rollout(
-    env, act, params, timestep: TimeStep, keys, timers: Timers | None = None, device=None
+    env, act, params, timestep: TimeStep, keys, timers: Timers | None = None
 ) -> tuple[TimeStep, Trajectory, RolloutStats]:
     """One rollout of ``len(keys)`` steps on a host environment (sync mode).
 
     ``act(params, obs, keys, t)`` is :func:`make_act` of the agent (``agent.act`` with the key
-    ``keys[t]``, one dispatch per step); ``params`` and ``keys`` live on the actor ``device``.
+    ``keys[t]``, one dispatch per step); ``params`` and ``keys`` live on the actor's device, where
+    the computation runs.
     Returns the last TimeStep, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout
     emits) and the statistics of the episodes that ended.
     """
@@ -91,9 +92,13 @@ def host_rollout(
     episodes, return_sum, length_sum = 0, 0.0, 0
     for t in range(keys.shape[0]):
         start = time.perf_counter()
-        out = jax.device_get(act(params, jax.device_put(timestep.obs, device), keys, t))
+        # The observation goes in as NumPy (placed beside the committed params: an explicit
+        # device_put first costs a dispatch of its own), and only the action comes back now;
+        # the rest of the actor's output is fetched once, after the rollout.
+        out = act(params, timestep.obs, keys, t)
+        action = np.asarray(out.action)
         start = timers.add("inference", start)
-        next_ts = env.step(out.action)
+        next_ts = env.step(action)
         timers.add("env_step", start)
         obs.append(timestep.obs)
         outs.append(out)
@@ -107,6 +112,9 @@ def host_rollout(
             return_sum += float(np.asarray(next_ts.info.episode_return)[done].sum())
             length_sum += int(np.asarray(next_ts.info.episode_length)[done].sum())
         timestep = next_ts
+    start = time.perf_counter()
+    outs = jax.device_get(outs)
+    timers.add("inference", start)
     traj = Trajectory(
         obs=np.stack(obs),
         reward=np.stack(rewards).astype(np.float32),
@@ -136,7 +144,7 @@ class AsyncCollector:
         self.calls = 0
         env.async_reset()
 
-    def rollout(self, act, params, key, timers: Timers, device):
+    def rollout(self, act, params, key, timers: Timers):
         episodes, return_sum, length_sum = 0, 0.0, 0
         while min(len(b) for b in self.buffers) < self.rollout_len:
             start = time.perf_counter()
@@ -154,7 +162,7 @@ class AsyncCollector:
                 return_sum += float(np.asarray(ts.info.episode_return)[done].sum())
                 length_sum += int(np.asarray(ts.info.episode_length)[done].sum())
             keys = jax.random.fold_in(key, self.calls)[None]
-            out = jax.device_get(act(params, jax.device_put(ts.obs, device), keys, 0))
+            out = jax.device_get(act(params, ts.obs, keys, 0))  # runs beside the params
             self.calls += 1
             start = timers.add("inference", start)
             self.env.send(out.action, env_ids)
@@ -356,12 +364,10 @@ def run(
                 timers.add("params_fetch", start)
                 rollout_key = jax.random.fold_in(key, rollout)
                 if is_async:
-                    traj, stats = collector.rollout(act, params, rollout_key, timers, device)
+                    traj, stats = collector.rollout(act, params, rollout_key, timers)
                 else:
                     keys = rollout_keys(rollout_key, config.rollout_len)
-                    timestep, traj, stats = host_rollout(
-                        env, act, params, timestep, keys, timers, device
-                    )
+                    timestep, traj, stats = host_rollout(env, act, params, timestep, keys, timers)
                 start = time.perf_counter()
                 traj = global_array(traj_sharding, traj)  # this process's columns
                 timers.add("place_on_learners", start)
