@@ -491,6 +491,11 @@ def sweep(argv: Sequence[str]) -> list[dict]:
     selectors, agent_config, arch_config = parse_train_args(rest)
     if selectors.population_config is not None:
         raise CLIError("--population is not allowed in a sweep: use podracer train --population")
+    if selectors.resume or selectors.resume_step is not None:
+        raise CLIError(
+            "--resume is not allowed in a sweep: a sweep always starts afresh; resume one of "
+            "its runs with podracer train --resume DIR"
+        )
     sweeps.check_grid(selectors.agent, agent_config, grid)
     spec = runs.RunSpec(
         arch=selectors.arch,

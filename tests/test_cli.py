@@ -291,6 +291,14 @@ def test_sweep_from_the_command_line(tmp_path):
     assert bad.returncode == 2 and "--sweep.max-grad-norm is not allowed" in bad.stderr
 
 
+def test_sweep_refuses_resume_in_one_line(capsys):
+    from podracer import cli
+
+    assert cli.main(["sweep", "--resume", "somewhere", "--seeds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume is not allowed in a sweep" in err and len(err.strip().splitlines()) == 1
+
+
 def test_population_from_the_command_line(tmp_path):
     run = tmp_path / "pop"
     common = [
