@@ -17,8 +17,15 @@ the IMPALA ResNet), the backward pass on CPU is
   kernel offset, ``[C, N*H*W] @ [N*H*W, O]``.
 
 Both are ordinary forward convolutions and dots, which XLA:CPU runs at full speed in loops.
-Other backends (GPU, TPU) and other convolutions (strides, dilations, groups, other layouts)
-use JAX's own gradient, unchanged.
+Processes whose default backend is not the CPU (GPU, TPU), and other convolutions (strides,
+dilations, negative padding, groups, other layouts), use ``lax.conv_general_dilated`` itself,
+unchanged; a CPU program traced there but run elsewhere still takes JAX's gradient
+(``lax.platform_dependent``).
+
+One limit: the CPU path is a ``jax.custom_vjp``, so forward-mode differentiation (``jax.jvp``,
+``jax.jacfwd``, ``jax.hessian``) through it raises; reverse mode, including gradients of
+gradients, works. Set ``podracer.ops.conv_general_dilated = jax.lax.conv_general_dilated``
+before building a network to use JAX's convolution everywhere.
 """
 
 from __future__ import annotations
@@ -30,6 +37,22 @@ import jax.numpy as jnp
 from jax import lax
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def varying_axes(x) -> frozenset:
+    """The ``shard_map`` mesh axes along which ``x`` varies (empty outside ``shard_map``)."""
+    aval = jax.typeof(x)
+    if hasattr(aval, "vma"):  # the attribute's name in earlier JAX releases
+        return frozenset(aval.vma)
+    manual = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(manual, "varying", ()))
+
+
+def _vary_over(x, axes: frozenset):
+    """``x`` marked as varying over ``axes`` too (inside ``shard_map``); the transpose of the
+    mark sums the cotangent over those axes, as JAX's own gradient of a replicated input does."""
+    missing = tuple(sorted(axes - varying_axes(x)))
+    return lax.pcast(x, missing, to="varying") if missing else x
 
 
 def _forward(x, w, padding):
@@ -97,7 +120,8 @@ def conv_general_dilated(
     as ``flax.linen.Conv(..., conv_general_dilated=conv_general_dilated)``."""
     ndim = lhs.ndim
     plain = (
-        ndim == 4
+        jax.default_backend() == "cpu"
+        and ndim == 4
         and tuple(window_strides) == (1, 1)
         and all(d == 1 for d in (lhs_dilation or (1, 1)))
         and all(d == 1 for d in (rhs_dilation or (1, 1)))
@@ -125,4 +149,10 @@ def conv_general_dilated(
     if isinstance(padding, str):
         padding = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], (1, 1), padding)
     padding = tuple((int(lo), int(hi)) for lo, hi in padding)
-    return _stride1_conv(lhs, rhs, padding)
+    if min(min(pair) for pair in padding) < 0:  # cropping: JAX's own convolution
+        return lax.conv_general_dilated(lhs, rhs, (1, 1), padding, dimension_numbers=_NHWC)
+    # Both operands of the custom gradient vary over the same shard_map axes, so that its CPU
+    # and default branches have one output type (a replicated kernel and a split batch: the
+    # kernel's gradient is summed over the split, as with lax's convolution).
+    axes = varying_axes(lhs) | varying_axes(rhs)
+    return _stride1_conv(_vary_over(lhs, axes), _vary_over(rhs, axes), padding)

@@ -83,3 +83,42 @@ def test_impala_resnet_gradient_equals_the_flax_default_conv(monkeypatch):
     assert len(leaves) == 2 * 2 * 5 + 2  # 2 stages x 5 convs x (kernel, bias), the dense layer
     for g, r in zip(leaves, jax.tree.leaves(jax.grad(reference_loss)(params)), strict=True):
         np.testing.assert_allclose(g, r, rtol=2e-4, atol=1e-6)
+
+
+def test_negative_padding_falls_back_to_jax_conv():
+    x = jax.random.normal(jax.random.key(6), (2, 9, 8, 3))
+    w = jax.random.normal(jax.random.key(7), (3, 3, 3, 2))
+    padding = ((-1, 0), (1, 1))
+    np.testing.assert_array_equal(
+        ops.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=NHWC),
+        lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=NHWC),
+    )
+    grads = jax.grad(_loss, (1, 2))(ops.conv_general_dilated, x, w, padding)
+    reference = jax.grad(_loss, (1, 2))(lax.conv_general_dilated, x, w, padding)
+    for g, r in zip(grads, reference, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("split", ["batch", "kernel"])
+def test_gradient_inside_shard_map_equals_jax_conv(split):
+    """A replicated kernel with the batch split over devices (the kernel's gradient is summed
+    over them), and a split kernel with a replicated batch (the input's gradient is summed)."""
+    from jax.sharding import PartitionSpec as P
+
+    auto = (jax.sharding.AxisType.Auto,)
+    mesh = jax.make_mesh((2,), ("d",), devices=jax.devices()[:2], axis_types=auto)
+    x = jax.random.normal(jax.random.key(8), (4, 7, 7, 3))
+    w = jax.random.normal(jax.random.key(9), (2, 3, 3, 3, 5))  # one kernel per device
+    specs = (P("d"), P()) if split == "batch" else (P(), P("d"))
+
+    def grads(conv):
+        def local(x, w):
+            w = w[0] if split == "kernel" else w[:1].sum(0)
+            return jax.grad(lambda x, w: _loss(conv, x, w, "SAME"), (0, 1))(x, w)
+
+        out_specs = (P("d"), P()) if split == "batch" else (P(), P("d"))
+        fn = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=out_specs)
+        return jax.jit(fn)(x, w)
+
+    for g, r in zip(grads(ops.conv_general_dilated), grads(lax.conv_general_dilated), strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)

@@ -16,16 +16,8 @@ import jax.numpy as jnp
 import optax
 
 from podracer.config import ConfigValueError
+from podracer.ops import varying_axes
 from podracer.types import Agent, Learner, LearnerState, Trajectory
-
-
-def _vma(x) -> frozenset:
-    """The mesh axes along which ``x`` varies inside ``shard_map`` (empty elsewhere)."""
-    aval = jax.typeof(x)
-    if hasattr(aval, "vma"):  # the attribute's name in earlier JAX releases
-        return frozenset(aval.vma)
-    manual = getattr(aval, "manual_axis_type", None)
-    return frozenset(getattr(manual, "varying", ()))
 
 
 def make_learner(
@@ -103,10 +95,12 @@ def make_learner(
         below would return D times the mean gradient. Marked, each device differentiates its
         own loss and the ``pmean`` averages."""
         leaves = jax.tree.leaves(batch)
-        if axis_name is None or not leaves or axis_name not in _vma(leaves[0]):
+        if axis_name is None or not leaves or axis_name not in varying_axes(leaves[0]):
             return params
         return jax.tree.map(
-            lambda p: p if axis_name in _vma(p) else jax.lax.pcast(p, axis_name, to="varying"),
+            lambda p: (
+                p if axis_name in varying_axes(p) else jax.lax.pcast(p, axis_name, to="varying")
+            ),
             params,
         )
 

@@ -330,11 +330,17 @@ def run(
         lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=traj_sharding), traj_shape
     )
     update = update.lower(state, (traj_shape,) * config.num_actors).compile()
+    # The actors' own call signature: params and keys on the device, the observations as NumPy
+    # and the step index as a Python int (another signature would compile again in the thread).
+    acting_obs = batch_obs[: config.async_batch_size or config.envs_per_actor]
     for device in actor_devices:
-        keys = rollout_keys(jax.random.key(0), config.rollout_len)
+        if config.async_batch_size:  # one key per recv, see AsyncCollector.rollout
+            keys = jax.random.fold_in(jax.random.key(0), 0)[None]
+        else:
+            keys = rollout_keys(jax.random.key(0), config.rollout_len)
         params = jax.tree.map(local_copy, state.params)
-        on_device = jax.device_put((params, batch_obs, keys, 0), device)
-        jax.block_until_ready(act(*on_device))
+        params, keys = jax.device_put((params, keys), device)
+        jax.block_until_ready(act(params, acting_obs, keys, 0))
     compile_s = time.perf_counter() - t0
 
     actor_timers = [Timers() for _ in range(config.num_actors)]
