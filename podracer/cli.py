@@ -519,7 +519,7 @@ def sweep(argv: Sequence[str]) -> list[dict]:
             spec.total_timesteps,
             console=not selectors.quiet,
             tensorboard=spec.options.tensorboard,
-            wandb=spec.options.wandb or spec.options.wandb_online,
+            wandb=spec.options.wandb,
             wandb_online=spec.options.wandb_online,
             config=spec.to_dict(),
         ) as logger:

@@ -296,6 +296,6 @@ def make_logger(
         backends.append(JsonlWriter(os.path.join(run_dir, "leaderboard.jsonl"), ("leaderboard",)))
         if tensorboard:
             backends.append(TensorBoardWriter(os.path.join(run_dir, "tb")))
-        if wandb:
+        if wandb or wandb_online:  # online implies wandb
             backends.append(WandbWriter(run_dir, config or {}, online=wandb_online))
     return Logger(backends)

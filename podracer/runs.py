@@ -17,6 +17,7 @@ restored and the environments start afresh.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -273,6 +274,14 @@ class _Hooks:
         if updates in self.checkpointer.steps():  # just saved, or saved before (the same state)
             self.saved_on_interrupt = updates
 
+    @contextlib.contextmanager
+    def reporting_interrupts(self):
+        """A Ctrl-C inside becomes :class:`Interrupted`, saying what was saved."""
+        try:
+            yield
+        except KeyboardInterrupt as stop:
+            raise Interrupted(self.saved_on_interrupt, self.checkpointer.latest_step()) from stop
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C stopped a run.
@@ -388,7 +397,7 @@ def train(
         spec.total_timesteps,
         console=console,
         tensorboard=spec.options.tensorboard,
-        wandb=spec.options.wandb or spec.options.wandb_online,
+        wandb=spec.options.wandb,
         wandb_online=spec.options.wandb_online,
         config=spec.to_dict(),
     )
@@ -451,7 +460,7 @@ def _train_anakin(spec, system, state, checkpointer, logger, resume, resume_step
         system.config.steps_per_update,
         start,
     )
-    try:
+    with hooks.reporting_interrupts():
         result = anakin.run(
             system,
             seed=spec.seed,
@@ -461,8 +470,6 @@ def _train_anakin(spec, system, state, checkpointer, logger, resume, resume_step
             start_update=start,
             hooks=hooks,
         )
-    except KeyboardInterrupt as stop:
-        raise Interrupted(hooks.saved_on_interrupt, checkpointer.latest_step()) from stop
     result.summary.update(
         env=spec.env, arch="anakin", seed=spec.seed, devices=system.mesh.devices.size
     )
@@ -490,7 +497,7 @@ def _train_sebulba(spec, checkpointer, logger, resume, resume_step, devices):
         spec.arch_config.steps_per_update * jax.process_count(),
         start,
     )
-    try:
+    with hooks.reporting_interrupts():
         result = sebulba.train(
             spec.env,
             spec.agent_config,
@@ -503,8 +510,6 @@ def _train_sebulba(spec, checkpointer, logger, resume, resume_step, devices):
             start_update=start,
             hooks=hooks,
         )
-    except KeyboardInterrupt as stop:
-        raise Interrupted(hooks.saved_on_interrupt, checkpointer.latest_step()) from stop
     return result.summary
 
 

@@ -52,6 +52,16 @@ def test_the_cpu_gradient_is_the_one_taken_and_other_convs_fall_back():
     w = jnp.ones((3, 3, 2, 2))
     taken = jax.make_jaxpr(_loss, static_argnums=(0, 3))(ops.conv_general_dilated, x, w, "SAME")
     assert "custom_vjp_call" in str(taken)
+
+    def lowered_ops(conv):  # the gradient as compiled for this (CPU) backend
+        grad = jax.jit(jax.grad(lambda x, w: _loss(conv, x, w, "SAME"), (0, 1)))
+        text = grad.lower(x, w).as_text()
+        return text.count("stablehlo.convolution"), text.count("stablehlo.dot_general")
+
+    # The CPU branch: the forward conv, dx as one more conv, dw as one dot per kernel offset;
+    # JAX's gradient: three convolutions (the one for dw is what XLA:CPU runs slowly in loops).
+    assert lowered_ops(ops.conv_general_dilated) == (2, 9)
+    assert lowered_ops(lax.conv_general_dilated) == (3, 0)
     strided = jax.make_jaxpr(lambda w: _loss(ops.conv_general_dilated, x, w, "SAME", (2, 2)))
     assert "custom_vjp_call" not in str(strided(w))
     np.testing.assert_allclose(
