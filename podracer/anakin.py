@@ -22,23 +22,35 @@ import functools
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from podracer import envs, seeding
 from podracer.config import ConfigError, ConfigValueError, check_choice, check_positive
-from podracer.core.learner import LearnerExecution, choose_execution, make_learner
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
+from podracer.loops import Loop
+from podracer.loops.common import (
+    Members,
+    Periodic,
+    RunHooks,
+    RunResult,
+    params_checksum,
+    summary,
+    train_record,
+)
+from podracer.loops.layout import LearnerLayoutFields
+from podracer.loops.recipe import Recipe
 from podracer.parallel import DATA_AXIS, MEMBER_AXIS, Watchdog, fetch, member_mesh
-from podracer.types import Agent, LearnerState
+from podracer.types import EnvSpec, LearnerState
 
 
 @dataclasses.dataclass(frozen=True)
-class AnakinConfig:
+class AnakinConfig(LearnerLayoutFields):
     """The Anakin loop's sizes. ``num_envs`` counts every device's environments together."""
 
     num_envs: int = 4
@@ -51,13 +63,6 @@ class AnakinConfig:
     """Updates per call of the compiled step (0: about 20 calls per run)."""
     rollout_unroll: int = 1
     """``unroll`` of the rollout's time scan (1 measured fastest on XLA:CPU, see benchmarks)."""
-    learner_unroll: int = 0
-    """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
-    Nature CNN on CPU, loops elsewhere, the IMPALA ResNet included)."""
-    learner_microbatch: int = 0
-    """Environment steps per gradient slice: each minibatch's gradient is accumulated over
-    slices of at most this many steps (0: automatic — 32 for the image torsos on CPU, where it
-    is 2-3x faster, one slice elsewhere; a value >= the minibatch gives one slice)."""
     member_shards: int = 1
     """Devices the seed (member) axis is split over; each group of ``devices / member_shards``
     devices splits its members' environments. Must divide ``num_seeds`` and the device count."""
@@ -75,12 +80,7 @@ class AnakinConfig:
                 "it must be >= 0 (0 chooses it from the run length)"
             )
         check_positive(self, "rollout_unroll", "member_shards")
-        for field in ("learner_unroll", "learner_microbatch"):
-            if getattr(self, field) < 0:
-                raise ConfigError(
-                    f"AnakinConfig.{field}={getattr(self, field)} is not allowed: it must be >= 0 "
-                    "(0 chooses it from the backend and the torso)"
-                )
+        self.check_layout()
 
     @property
     def steps_per_update(self) -> int:
@@ -99,38 +99,6 @@ class AnakinState(NamedTuple):
     periodic: Any = ()  # [S, ...]: the state of Periodic work (a population's lineage)
 
 
-class Members(NamedTuple):
-    """Members that differ in hyper-parameters as well as seeds (sweeps, populations).
-
-    ``build(hparams)`` returns ``(agent, optimizer)`` for one member's hyper-parameters (traced
-    scalars, e.g. ``{"lr": ..., "ent_coef": ...}``); ``hparams`` holds their initial values
-    ``[S]``; member ``i`` starts from seed ``seed + seed_offsets[i]``.
-    """
-
-    build: Callable[[dict[str, jax.Array]], tuple[Agent, Any]]
-    hparams: dict[str, np.ndarray]
-    seed_offsets: np.ndarray
-
-
-class Periodic(NamedTuple):
-    """Work on all members together every ``interval`` updates, inside the compiled step
-    (a population's evaluation and tournament, :mod:`podracer.population`).
-
-    - ``init(keys [S]) -> state [S, ...]``: its part of :class:`AnakinState` (``periodic``);
-    - ``apply(state: AnakinState) -> (state, events)``: jittable, on the *global* state (every
-      member, whatever the mesh); ``events`` is a pytree of arrays for the host;
-    - ``describe(events, updates) -> records``: host side, the log records of one ``apply``.
-
-    :func:`run` makes calls of the step end at multiples of ``interval``, and the step ends with
-    ``apply`` when the update count is one, so ``apply`` sees exactly those states.
-    """
-
-    interval: int
-    init: Callable[[jax.Array], Any]
-    apply: Callable[[AnakinState], tuple[AnakinState, Any]]
-    describe: Callable[[Any, int], list[dict[str, Any]]]
-
-
 class UpdateMetrics(NamedTuple):
     """Per-update metrics ``[S, K]``, already reduced over devices."""
 
@@ -142,7 +110,8 @@ class UpdateMetrics(NamedTuple):
 
 
 class Anakin(NamedTuple):
-    """A built Anakin system: ``init(seed) -> state`` and ``step(state) -> (state, metrics)``.
+    """A built Anakin system (a :class:`podracer.loops.System`): ``init(seed) -> state`` and
+    ``step(state) -> (state, metrics)``, :meth:`run` and :meth:`evaluator`.
 
     ``step`` is jitted with the state donated; ``make_step(k)`` builds the same step for ``k``
     updates per call.
@@ -155,29 +124,68 @@ class Anakin(NamedTuple):
     config: AnakinConfig
     compiled: dict  # executables compiled by run(), by updates per call and state shapes
     periodic: Periodic | None = None
+    recipe: Recipe | None = None
+
+    def run(self, state=None, *, seed: int, start_update: int = 0, hooks=None, progress=None):
+        """:func:`run` for the recipe's run length; the summary names the run."""
+        result = run(
+            self,
+            seed=seed,
+            total_timesteps=self.recipe.total_timesteps,
+            progress=progress,
+            state=state,
+            start_update=start_update,
+            hooks=hooks,
+        )
+        result.summary.update(
+            env=self.recipe.env_id,
+            arch="anakin",
+            seed=seed,
+            devices=self.mesh.devices.size,
+            processes=jax.process_count(),
+            process=jax.process_index(),
+        )
+        return result
+
+    def evaluator(self, *, seed: int, episodes: int, greedy: bool):
+        """``evaluate(state, updates) -> returns [members, episodes]``: every member's params on
+        ``episodes`` fresh environments, on device."""
+        from podracer.evaluation import eval_key, make_evaluator
+
+        agent = self.recipe.agent
+        evaluate = make_evaluator(
+            envs.make(self.recipe.env_id), agent, num_episodes=episodes, greedy=greedy
+        )
+
+        def one(params, agent_state, key):
+            return evaluate(agent.actor_params(params, agent_state), key)
+
+        per_member = jax.jit(jax.vmap(one))
+        num_members = self.config.num_seeds
+
+        def run_eval(state, updates):
+            keys = jax.random.split(eval_key(seed, updates), num_members)
+            learner = state.learner
+            return fetch(per_member(learner.params, learner.agent_state, keys))
+
+        return run_eval
 
 
 def make_anakin(
-    env,
-    agent: Agent,
-    optimizer,
+    recipe: Recipe,
     config: AnakinConfig,
     *,
-    num_epochs: int,
-    num_minibatches: int,
     updates_per_call: int = 1,
     devices: Sequence[jax.Device] | None = None,
     env_params: Any = None,
-    execution: LearnerExecution | None = None,
     members: Members | None = None,
     periodic: Periodic | None = None,
 ) -> Anakin:
-    """Builds the Anakin system for ``env`` (an on-device :class:`~podracer.types.Environment`).
+    """Builds the Anakin system of a :class:`~podracer.loops.Recipe` (its environment id is an
+    on-device :class:`~podracer.types.Environment`; its agent, optimizer and learner layout).
 
     The environment is wrapped in :class:`~podracer.envs.EpisodeStatistics` for the episode
-    metrics. ``devices`` defaults to every device of every process. ``execution`` is the
-    learner's layout (default: ``config.learner_unroll`` or 1, ``config.learner_microbatch``);
-    :func:`build` chooses it with :func:`~podracer.core.learner.choose_execution`. With
+    metrics. ``devices`` defaults to every device of every process. With
     ``members``, the ``num_seeds`` vmapped runs are members with hyper-parameters of their own,
     carried in the state as traced values: the agent and optimizer are built per member inside
     the program, so members differ without a recompile. With ``periodic``, every step that ends
@@ -203,10 +211,8 @@ def make_anakin(
             f"must be a multiple of the devices per member group ({num_devices})"
         )
         raise ConfigError(f"AnakinConfig.num_envs={config.num_envs} is not allowed {where}")
-    env = EpisodeStatistics(env)
+    env = EpisodeStatistics(envs.make(recipe.env_id))
     env_params = env.default_params if env_params is None else env_params
-    if execution is None:
-        execution = LearnerExecution(config.learner_unroll or 1, config.learner_microbatch)
     if members is not None:
         for name, values in members.hparams.items():
             if np.shape(values) != (config.num_seeds,):
@@ -221,32 +227,23 @@ def make_anakin(
             )
 
     def parts(hparams):
-        """The learner and rollout of one member (built inside the trace for members)."""
+        """The agent, learner and rollout of one member (built inside the trace for members)."""
         member_agent, member_optimizer = (
-            (agent, optimizer) if members is None else members.build(hparams)
+            (recipe.agent, recipe.optimizer) if members is None else members.build(hparams)
         )
-        learner = make_learner(
-            member_agent,
-            member_optimizer,
-            num_epochs=num_epochs,
-            num_minibatches=num_minibatches,
-            axis_name=DATA_AXIS,
-            **execution._asdict(),
-        )
-        rollout = make_rollout(
-            env, member_agent.act, config.rollout_len, unroll=config.rollout_unroll
-        )
-        return learner, rollout
+        learner = recipe.learner(member_agent, member_optimizer, axis_name=DATA_AXIS)
+        rollout = make_rollout(env, member_agent, config.rollout_len, unroll=config.rollout_unroll)
+        return member_agent, learner, rollout
 
-    example_obs = jnp.zeros(env.observation_spec.shape, env.observation_spec.dtype)
+    example_obs = jnp.asarray(recipe.example_obs())
 
     def init_one(key, hparams):
-        learner, _ = parts(hparams)
+        agent, learner, _ = parts(hparams)
         learner_key, env_key, act_key = jax.random.split(key, 3)
         env_keys = jax.random.split(env_key, config.num_envs)
         return AnakinState(
             learner=learner.init(learner_key, example_obs),
-            rollout=reset_envs(env, env_keys, env_params),
+            rollout=reset_envs(env, env_keys, env_params, agent.initial_actor_state),
             key=act_key,
             hparams=hparams,
         )
@@ -261,7 +258,9 @@ def make_anakin(
             return state
         # Its own keys, so that the periodic work never draws from the training keys.
         return state._replace(
-            periodic=periodic.init(jax.vmap(lambda k: jax.random.fold_in(k, 7))(keys))
+            periodic=periodic.init(
+                jax.vmap(lambda k: jax.random.fold_in(k, seeding.PERIODIC_STREAM))(keys)
+            )
         )
 
     state_specs = AnakinState(
@@ -288,18 +287,24 @@ def make_anakin(
 
     def init(seed: int) -> AnakinState:
         """The initial state of runs ``seed, ..., seed + num_seeds - 1`` (members: of seeds
-        ``seed + seed_offsets``)."""
+        ``seed + seed_offsets``). The first call checks the step's shapes, so a size that does
+        not divide fails here, before any compilation."""
         seeds = (seed + np.asarray(offsets)).astype(np.uint32)
         hparams = {k: np.asarray(v, np.float32) for k, v in initial_hparams.items()}
-        return init_seeds(seeds, hparams)
+        state = init_seeds(seeds, hparams)
+        if not checked:
+            jax.eval_shape(make_step(1), state)
+            checked.append(True)
+        return state
+
+    checked: list[bool] = []
 
     def one_update(state: AnakinState, _):
-        learner, rollout = parts(state.hparams)
+        agent, learner, rollout = parts(state.hparams)
         key, rollout_key = jax.random.split(state.key)
         rollout_key = jax.random.fold_in(rollout_key, jax.lax.axis_index(DATA_AXIS))
-        rollout_state, traj, info = rollout(
-            state.learner.params, state.rollout, env_params, rollout_key
-        )
+        acting = agent.actor_params(state.learner.params, state.learner.agent_state)
+        rollout_state, traj, info = rollout(acting, state.rollout, env_params, rollout_key)
         learner_state, learner_metrics = learner.update(state.learner, traj)
         metrics = UpdateMetrics(
             learner=learner_metrics,
@@ -358,6 +363,7 @@ def make_anakin(
         config=config,
         compiled={},
         periodic=periodic,
+        recipe=recipe,
     )
 
 
@@ -370,36 +376,6 @@ def choose_updates_per_call(num_updates: int, target_calls: int = 20) -> int:
         if num_updates % calls == 0:
             return num_updates // calls
     return math.ceil(num_updates / target_calls)
-
-
-def params_checksum(params) -> float:
-    """The sum of every parameter (over every seed), in float64: a cheap equivalence check.
-    Members split over processes are gathered first (:func:`podracer.parallel.fetch`)."""
-    return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(fetch(params))))
-
-
-class RunResult(NamedTuple):
-    """What :func:`run` returns: the summary printed as JSON, the final state and the history."""
-
-    summary: dict[str, Any]
-    state: AnakinState
-    history: dict[str, np.ndarray]  # per-update metrics [S, updates run by this call of run()]
-    events: tuple[dict[str, Any], ...] = ()  # the records of Periodic work (leaderboards)
-
-
-class RunHooks(Protocol):
-    """Host work between calls of the compiled step (checkpoints, evaluation).
-
-    ``interval`` (updates; 0 for none) makes calls end at its multiples, so that a hook acting
-    every ``interval`` updates sees exactly those states and a run resumed from one of them calls
-    the same compiled programs as a run that never stopped.
-    """
-
-    interval: int
-
-    def after_call(self, state: AnakinState, updates: int, last: bool) -> None: ...
-
-    def interrupted(self, state: AnakinState, updates: int) -> None: ...
 
 
 def call_schedule(start: int, num_updates: int, k: int, interval: int = 0) -> list[int]:
@@ -500,22 +476,17 @@ def run(
     }
     for name in chunks[0].learner:
         history[name] = np.concatenate([c.learner[name] for c in chunks], axis=1)
-    total_steps = num_updates * config.steps_per_update
-    run_steps = (num_updates - start_update) * config.steps_per_update
-    per_seed_final = final_returns(history, config.steps_per_update, run_steps)
-    summary = {
-        "total_steps": total_steps,
-        "num_seeds": config.num_seeds,
-        "num_updates": num_updates,
-        "start_update": start_update,
-        "sps": run_steps * config.num_seeds / elapsed,
-        "compile_s": compile_s,
-        "run_s": elapsed,
-        "final_return": _nanmean_or_none(per_seed_final),
-        "final_return_per_seed": [None if np.isnan(r) else float(r) for r in per_seed_final],
-        "params_checksum": params_checksum(state.learner.params),
-    }
-    return RunResult(summary, state, history, tuple(events))
+    numbers = summary(
+        history,
+        steps_per_update=config.steps_per_update,
+        num_updates=num_updates,
+        start_update=start_update,
+        num_members=config.num_seeds,
+        elapsed=elapsed,
+        compile_s=compile_s,
+        params=state.learner.params,
+    )
+    return RunResult(numbers, state, history, tuple(events))
 
 
 def _deleted(state) -> bool:
@@ -534,56 +505,54 @@ def _compiled(system: Anakin, k: int, state: AnakinState):
     return system.compiled[key]
 
 
-def final_returns(history, steps_per_update: int, total_steps: int, fraction: float = 0.05):
-    """Mean return per seed ``[S]`` of the episodes that ended in the last ``fraction`` of the
-    steps (NaN for a seed with none)."""
-    num_updates = history["episodes"].shape[1]
-    end_step = steps_per_update * np.arange(1, num_updates + 1)
-    last = end_step > (1.0 - fraction) * total_steps
-    last[-1] = True
-    episodes = history["episodes"][:, last].sum(axis=1)
-    returns = history["return_sum"][:, last].sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(episodes > 0, returns / np.maximum(episodes, 1), np.nan)
-
-
-def _nanmean_or_none(x) -> float | None:
-    x = np.asarray(x, np.float64)
-    return None if np.all(np.isnan(x)) else float(np.nanmean(x))
-
-
 def _report(metrics, done_updates, num_updates, start, start_update, config, progress):
     metrics = jax.device_get(metrics)
     if progress is not None:
-        progress(train_record(metrics, done_updates, num_updates, start, start_update, config))
+        progress(
+            train_record(
+                updates=done_updates,
+                num_updates=num_updates,
+                start_update=start_update,
+                steps_per_update=config.steps_per_update,
+                num_members=config.num_seeds,
+                start=start,
+                returns=metrics.return_sum.sum(axis=1),
+                episodes=metrics.episodes.sum(axis=1),
+                metrics={k: float(np.mean(v)) for k, v in metrics.learner.items()},
+            )
+        )
     return metrics
 
 
-def train_record(
-    metrics: UpdateMetrics, done_updates, num_updates, start, start_update, config
-) -> dict:
-    """The ``"train"`` record (:mod:`podracer.logging`) of one call's metrics ``[S, K]``."""
-    episodes = metrics.episodes.sum(axis=1)
-    returns = metrics.return_sum.sum(axis=1)
-    per_member = [float(r / n) if n else None for r, n in zip(returns, episodes, strict=True)]
-    elapsed = time.perf_counter() - start
-    step = done_updates * config.steps_per_update
-    total = episodes.sum()
-    return {
-        "kind": "train",
-        "step": step,
-        "updates": done_updates,
-        "fraction": done_updates / num_updates,
-        "sps": (done_updates - start_update)
-        * config.steps_per_update
-        * config.num_seeds
-        / max(elapsed, 1e-9),
-        "elapsed_s": elapsed,
-        "episode_return": float(returns.sum() / total) if total else None,
-        "episode_returns": per_member,
-        "episodes": int(total),
-        **{k: float(np.mean(v)) for k, v in metrics.learner.items()},
-    }
+def probe(env_id: str, config: AnakinConfig, seed: int) -> EnvSpec:
+    """The specs of the JAX environment ``env_id`` (an unknown id fails here)."""
+    del config, seed
+    env = envs.make(env_id)
+    return EnvSpec(env.observation_spec, env.action_spec)
+
+
+def build_system(
+    recipe: Recipe,
+    config: AnakinConfig,
+    *,
+    devices: Sequence[jax.Device] | None = None,
+    members: Members | None = None,
+    periodic: Periodic | None = None,
+) -> Anakin:
+    """:attr:`Loop.build` of Anakin: :func:`make_anakin` of the recipe."""
+    return make_anakin(recipe, config, devices=devices, members=members, periodic=periodic)
+
+
+LOOP = Loop(
+    name="anakin",
+    config_cls=AnakinConfig,
+    default_env=lambda agent_spec: agent_spec.default_env,
+    probe=probe,
+    steps_per_update=lambda config: config.steps_per_update,
+    build=build_system,
+    members_in_one_program=True,
+    with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
+)
 
 
 def build(
@@ -594,23 +563,18 @@ def build(
     total_timesteps: int,
     devices: Sequence[jax.Device] | None = None,
 ) -> Anakin:
-    """The Anakin system for an environment id and an agent config (see :mod:`podracer.agents`).
+    """The Anakin system for an environment id and a registered agent's config
+    (:mod:`podracer.agents`); ``total_timesteps`` sets the length of learning-rate schedules."""
+    from podracer import agents, loops
 
-    ``total_timesteps`` sets the length of learning-rate schedules."""
-    from podracer import agents, envs
-
-    env = envs.make(env_id)
-    num_updates = max(1, total_timesteps // config.steps_per_update)
-    agent, optimizer = agents.build(agent_config, env.action_spec.num_actions, num_updates)
-    return make_anakin(
-        env,
-        agent,
-        optimizer,
+    return loops.build(
+        LOOP,
+        env_id,
+        agents.spec_of(agent_config),
+        agent_config,
         config,
-        num_epochs=agent_config.num_epochs,
-        num_minibatches=agent_config.num_minibatches,
+        total_timesteps=total_timesteps,
         devices=devices,
-        execution=choose_execution(agent_config, config, devices),
     )
 
 
@@ -623,20 +587,29 @@ def train(
     total_timesteps: int,
     devices: Sequence[jax.Device] | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
-    **run_options: Any,
+    state: AnakinState | None = None,
+    start_update: int = 0,
+    hooks: RunHooks | None = None,
 ) -> RunResult:
-    """Builds the system (:func:`build`) and runs it (:func:`run`) for ``total_timesteps``;
-    ``run_options`` (``state``, ``start_update``, ``hooks``) go to :func:`run`."""
+    """Builds the system (:func:`build`) and runs it for ``total_timesteps`` steps per seed."""
     system = build(env_id, agent_config, config, total_timesteps=total_timesteps, devices=devices)
-    result = run(
-        system, seed=seed, total_timesteps=total_timesteps, progress=progress, **run_options
-    )
-    result.summary.update(
-        env=env_id,
-        arch="anakin",
-        seed=seed,
-        devices=system.mesh.devices.size,
-        processes=jax.process_count(),
-        process=jax.process_index(),
-    )
-    return result
+    return system.run(state, seed=seed, start_update=start_update, hooks=hooks, progress=progress)
+
+
+__all__ = [
+    "LOOP",
+    "Anakin",
+    "AnakinConfig",
+    "AnakinState",
+    "Members",
+    "Periodic",
+    "RunResult",
+    "UpdateMetrics",
+    "build",
+    "call_schedule",
+    "choose_updates_per_call",
+    "make_anakin",
+    "params_checksum",
+    "run",
+    "train",
+]

@@ -24,7 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-CHECKPOINT_DIR = "checkpoints"
+from podracer.rundir import CHECKPOINT_DIR
 
 
 class CheckpointError(Exception):

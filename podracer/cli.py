@@ -1,6 +1,6 @@
 """The ``podracer`` command line.
 
-``podracer train --arch {anakin,sebulba} --agent NAME --env ID [--total-timesteps N] [--seed S]
+``podracer train --arch LOOP --agent NAME --env ID [--total-timesteps N] [--seed S]
 [--run-dir DIR] [--config FILE] [--agent.FIELD VALUE ...] [--arch.FIELD VALUE ...]``,
 ``podracer train --resume DIR [--total-timesteps N]``, ``podracer eval DIR [--episodes N]`` and
 ``podracer plot DIR... --out FILE.png``.
@@ -8,7 +8,9 @@
 Parsing has two stages: the selectors (``--arch``, ``--agent``, ``--env``, run length, seed) are
 read first; they choose the config dataclasses, whose every field tyro then exposes as
 ``--agent.<field>`` / ``--arch.<field>`` (kebab-case or snake_case). New selectors and new config
-fields add flags without changing existing ones.
+fields add flags without changing existing ones. Loops and agents come from their registries
+(:mod:`podracer.loops`, :mod:`podracer.agents`); ``--agent module:attribute`` and
+``--env module:attribute`` name a user's own.
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ commands:
   plot     learning curves from run directories (podracer plot --help)
 """
 
-ARCHS = ("anakin", "sebulba")
-SEBULBA_DEFAULT_ENV = "envpool:CartPole-v1"
 SELECTORS = ("arch", "agent", "env", "seed", "total_timesteps")
 MULTI_PROCESS = ("coordinator", "num_processes", "process_id", "fault_timeout")
 # The flag of every RunOptions field (a boolean's flag sets the value that is not its default);
@@ -52,6 +52,7 @@ class CLIError(Exception):
 
 
 def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
+    from podracer import loops
     from podracer.runs import RunOptions
 
     defaults = RunOptions()
@@ -61,11 +62,17 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Train an agent. Every config field is a flag: --agent.FIELD, --arch.FIELD.",
     )
-    parser.add_argument("--arch", help=f"the loop: {', '.join(ARCHS)} (anakin)")
+    parser.add_argument("--arch", help=f"the loop: {', '.join(loops.names())} (anakin)")
     parser.add_argument(
-        "--agent", metavar="NAME", help=f"the agent: {', '.join(agent_names)} (ppo)"
+        "--agent",
+        metavar="NAME",
+        help=f"the agent: {', '.join(agent_names)}, or module:SPEC of your own (ppo)",
     )
-    parser.add_argument("--env", metavar="ID", help="environment id (default: the agent's own)")
+    parser.add_argument(
+        "--env",
+        metavar="ID",
+        help="environment id, or module:make_env of your own (default: the agent's own)",
+    )
     parser.add_argument(
         "--total-timesteps",
         "--total_timesteps",
@@ -190,7 +197,7 @@ def parse_train_args(argv: Sequence[str]):
     import tyro
 
     from podracer import agents
-    from podracer.runs import RunOptions, arch_config_cls, dataclass_from_dict, load_config_file
+    from podracer.runs import RunOptions, dataclass_from_dict, load_config_file
 
     parser = _selector_parser(list(agents.AGENTS))
     selectors, rest = parser.parse_known_args(list(argv))
@@ -206,25 +213,28 @@ def parse_train_args(argv: Sequence[str]):
     for name, default in zip(SELECTORS, ("anakin", "ppo", None, 0, 500_000), strict=True):
         if getattr(selectors, name) is None:
             setattr(selectors, name, file.get(name, default))
-    if selectors.arch not in ARCHS:
+    from podracer import loops
+    from podracer.config import ConfigError
+
+    if selectors.arch not in loops.names():
         raise CLIError(
-            f"--arch={selectors.arch!r} is not allowed: choose one of {', '.join(ARCHS)}"
+            f"--arch={selectors.arch!r} is not allowed: choose one of {', '.join(loops.names())}"
         )
-    if selectors.agent not in agents.AGENTS:
-        raise CLIError(
-            f"--agent={selectors.agent!r} is not allowed: choose one of {', '.join(agents.AGENTS)}"
-        )
+    loop = loops.get(selectors.arch)
+    try:
+        agent_spec = agents.get(selectors.agent)
+    except ConfigError as error:
+        raise CLIError(f"--agent={selectors.agent!r} is not allowed: {error}") from None
     if selectors.total_timesteps <= 0:
         raise CLIError(
             f"--total-timesteps={selectors.total_timesteps} is not allowed: it must be > 0"
         )
-    entry = agents.AGENTS[selectors.agent]
     if selectors.env is None:
-        selectors.env = entry.default_env if selectors.arch == "anakin" else SEBULBA_DEFAULT_ENV
-    arch_cls = arch_config_cls(selectors.arch)
-    arch_defaults = entry.arch_defaults if selectors.arch == "anakin" else {}
+        selectors.env = loop.default_env(agent_spec)
+    arch_cls = loop.config_cls
+    arch_defaults = dict(agent_spec.loop_defaults.get(loop.name, {}))
     agent_default = dataclass_from_dict(
-        entry.config_cls, file.get("agent_config", {}), f"{where}: agent_config"
+        agent_spec.config_cls, file.get("agent_config", {}), f"{where}: agent_config"
     )
     arch_default = dataclass_from_dict(
         arch_cls, {**arch_defaults, **file.get("arch_config", {})}, f"{where}: arch_config"
@@ -234,7 +244,7 @@ def parse_train_args(argv: Sequence[str]):
     )
 
     fields = [
-        ("agent", entry.config_cls, dataclasses.field(default=agent_default)),
+        ("agent", agent_spec.config_cls, dataclasses.field(default=agent_default)),
         ("arch", arch_cls, dataclasses.field(default=arch_default)),
     ]
     population_default = _population_default(selectors, file, where)
@@ -263,13 +273,12 @@ def parse_train_args(argv: Sequence[str]):
     selectors.population_config = getattr(parsed, "population", None)
     arch_config = parsed.arch
     if selectors.population_config is not None:
-        if selectors.arch != "anakin":
+        if not loop.members_in_one_program:
             raise CLIError(
                 f"--population is not allowed with --arch {selectors.arch}: a population "
-                "trains on the Anakin loop (--arch anakin)"
+                "trains its members as one program (--arch anakin)"
             )
-        # The members are the Anakin loop's vmapped seeds.
-        arch_config = dataclasses.replace(arch_config, num_seeds=selectors.population_config.size)
+        arch_config = loop.with_members(arch_config, selectors.population_config.size)
     return selectors, parsed.agent, arch_config
 
 
@@ -393,7 +402,7 @@ def _initialize(argv: Sequence[str]) -> None:
 
 
 def train(argv: Sequence[str]) -> dict:
-    from podracer import envs, parallel, runs
+    from podracer import parallel, runs
 
     _initialize(argv)
     if any(a == "--resume" or a.startswith("--resume=") for a in argv):
@@ -403,8 +412,6 @@ def train(argv: Sequence[str]) -> dict:
         resume = True
     else:
         selectors, agent_config, arch_config = parse_train_args(argv)
-        if selectors.arch == "anakin":
-            envs.make(selectors.env)  # fail early, with the list of known ids
         spec = runs.RunSpec(
             arch=selectors.arch,
             agent=selectors.agent,
@@ -459,23 +466,26 @@ def interrupted_message(stop: KeyboardInterrupt, run_dir: str) -> str:
 
 SWEEP_HELP = """usage: podracer sweep [TRAIN FLAGS] [--seeds N] [--sweep.FIELD V1,V2,...]
 
-Every combination of the swept values, each with N seeds (--seeds, default 1). With --arch
-anakin the whole grid is one vmapped program (hyper-parameters are traced values, one compile);
-with --arch sebulba the members run one after another. Prints the table over seeds (mean,
-median, IQM and its bootstrap 95% CI) on stderr and one JSON line per combination on stdout;
-the run directory gets config.json, metrics.jsonl (one curve per member) and results.json.
+Every combination of the swept values, each with N seeds (--seeds, default 1). On a loop that
+runs members as one program (--arch anakin) the whole grid is one vmapped program
+(hyper-parameters are traced values, one compile); on the others (--arch sebulba) the members
+run one after another. Prints the table over seeds (mean, median, IQM and its bootstrap 95% CI)
+on stderr and one JSON line per combination on stdout; the run directory gets config.json,
+metrics.jsonl (one curve per member) and results.json (podracer plot draws one curve per
+combination from it).
 
 sweepable fields: {fields}
 """
 
 
 def sweep(argv: Sequence[str]) -> list[dict]:
-    from podracer import envs, runs, stats
+    from podracer import agents, runs, stats
     from podracer import sweep as sweeps
-    from podracer.logging import make_logger
 
     if "-h" in argv or "--help" in argv:
-        fields = "; ".join(f"{a}: {', '.join(f)}" for a, f in sweeps.SWEEPABLE.items())
+        fields = "; ".join(
+            f"{name}: {', '.join(sweeps.sweepable(spec))}" for name, spec in agents.AGENTS.items()
+        )
         print(SWEEP_HELP.format(fields=fields), end="")
         return []
     values, rest = sweeps.parse_sweep_flags(argv)
@@ -496,7 +506,7 @@ def sweep(argv: Sequence[str]) -> list[dict]:
             "--resume is not allowed in a sweep: a sweep always starts afresh; resume one of "
             "its runs with podracer train --resume DIR"
         )
-    sweeps.check_grid(selectors.agent, agent_config, grid)
+    sweeps.check_grid(agents.get(selectors.agent), agent_config, grid)
     spec = runs.RunSpec(
         arch=selectors.arch,
         agent=selectors.agent,
@@ -507,41 +517,8 @@ def sweep(argv: Sequence[str]) -> list[dict]:
         arch_config=arch_config,
         options=selectors.options,
     )
-    run_dir = selectors.run_dir or runs.default_run_dir(spec).replace("-anakin-", "-sweep-")
-    if selectors.arch == "anakin":
-        envs.make(selectors.env)
-        spec = dataclasses.replace(
-            spec, arch_config=dataclasses.replace(arch_config, num_seeds=grid.num_members)
-        )
-        runs.save_spec(run_dir, spec)
-        with make_logger(
-            run_dir,
-            spec.total_timesteps,
-            console=not selectors.quiet,
-            tensorboard=spec.options.tensorboard,
-            wandb=spec.options.wandb,
-            wandb_online=spec.options.wandb_online,
-            config=spec.to_dict(),
-        ) as logger:
-            _, rows = sweeps.sweep_anakin(
-                spec.env,
-                spec.agent,
-                agent_config,
-                arch_config,
-                grid,
-                seed=spec.seed,
-                total_timesteps=spec.total_timesteps,
-                progress=logger,
-            )
-    else:
-        rows = sweeps.sweep_sebulba(spec, grid, run_dir, console=not selectors.quiet)
-    combos = sweeps.table(grid, rows)
-    with open(os.path.join(run_dir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(
-            {"grid": dict(grid.values), "seeds": seeds, "members": rows, "table": combos},
-            f,
-            indent=2,
-        )
+    run_dir = selectors.run_dir or runs.default_run_dir(spec, kind="sweep")
+    combos = sweeps.run_sweep(spec, grid, run_dir, console=not selectors.quiet)
     columns = [*grid.values, "n", "mean", "median", "iqm", "iqm_ci_low", "iqm_ci_high"]
     print(stats.format_table(combos, columns), file=sys.stderr)
     for row in combos:

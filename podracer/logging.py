@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
+from podracer import rundir
+
 
 class Backend(Protocol):
     def write(self, record: dict[str, Any]) -> None: ...
@@ -37,10 +39,10 @@ class Backend(Protocol):
 
 
 def is_main_process() -> bool:
-    """True in process 0 of a multi-process run (and in a single-process run)."""
-    import jax
+    """True in process 0 of a multi-process run (:func:`podracer.parallel.is_main_process`)."""
+    from podracer.parallel import is_main_process
 
-    return jax.process_index() == 0
+    return is_main_process()
 
 
 def _scalars(record: dict[str, Any]) -> dict[str, float]:
@@ -292,10 +294,13 @@ def make_logger(
         backends.append(ConsoleProgress(total_steps))
     if run_dir is not None and is_main_process():
         os.makedirs(run_dir, exist_ok=True)
-        backends.append(JsonlWriter(os.path.join(run_dir, "metrics.jsonl"), ("train", "eval")))
-        backends.append(JsonlWriter(os.path.join(run_dir, "leaderboard.jsonl"), ("leaderboard",)))
+        metrics, board = (
+            os.path.join(run_dir, f) for f in (rundir.METRICS_FILE, rundir.LEADERBOARD_FILE)
+        )
+        backends.append(JsonlWriter(metrics, ("train", "eval")))
+        backends.append(JsonlWriter(board, ("leaderboard",)))
         if tensorboard:
-            backends.append(TensorBoardWriter(os.path.join(run_dir, "tb")))
+            backends.append(TensorBoardWriter(os.path.join(run_dir, rundir.TENSORBOARD_DIR)))
         if wandb or wandb_online:  # online implies wandb
             backends.append(WandbWriter(run_dir, config or {}, online=wandb_online))
     return Logger(backends)

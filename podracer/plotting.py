@@ -53,10 +53,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from podracer.rundir import CONFIG_FILE, LEADERBOARD_FILE, METRICS_FILE
 from podracer.stats import bootstrap_ci
 
-METRICS_FILE = "metrics.jsonl"
-CONFIG_FILE = "config.json"
 KINDS = ("train", "eval")
 DEFAULT_METRIC = {"train": "episode_return", "eval": "eval_return"}
 # Keys of benchmark records that can be the x axis, in the order they are tried.
@@ -335,9 +334,6 @@ def plot_members(
     if curve.values.shape[0] <= 16:
         ax.legend(loc="best", fontsize="small", ncols=2 if curve.values.shape[0] > 8 else 1)
     return _save(figure, out)
-
-
-LEADERBOARD_FILE = "leaderboard.jsonl"
 
 
 def read_leaderboard(run_dir: PathLike) -> list[dict[str, Any]]:

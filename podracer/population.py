@@ -40,44 +40,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer.agents.spec import AgentSpec, Space
 from podracer.config import ConfigError, check_choice, check_positive
-
-
-class Space(NamedTuple):
-    """Where a hyper-parameter may go: ``[low, high]``, sampled log-uniformly when ``log``."""
-
-    low: float
-    high: float
-    log: bool = False
-
-
-SPACES: dict[str, dict[str, Space]] = {
-    # Valid ranges of each agent's traced hyper-parameters (the fields of
-    # podracer.sweep.SWEEPABLE), narrowed to where training makes sense.
-    "ppo": {
-        "lr": Space(1e-6, 1e-1, log=True),
-        "gamma": Space(0.8, 0.9999),
-        "gae_lambda": Space(0.5, 1.0),
-        "clip_eps": Space(0.02, 0.5),
-        "ent_coef": Space(0.0, 0.2),
-        "vf_coef": Space(0.05, 2.0, log=True),
-    },
-    "impala": {
-        "lr": Space(1e-6, 1e-1, log=True),
-        "gamma": Space(0.8, 0.9999),
-        "vtrace_lambda": Space(0.5, 1.0),
-        "clip_rho": Space(0.1, 10.0, log=True),
-        "clip_pg_rho": Space(0.1, 10.0, log=True),
-        "baseline_cost": Space(0.05, 2.0, log=True),
-        "entropy_cost": Space(0.0, 0.2),
-    },
-    "qlambda": {
-        "lr": Space(1e-6, 1e-1, log=True),
-        "gamma": Space(0.8, 0.9999),
-        "q_lambda": Space(0.0, 1.0),
-        "epsilon": Space(0.0, 1.0),
-    },
-}
+from podracer.loops import Loop, Members, Periodic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +73,7 @@ class PopulationConfig:
     spaced evenly (geometrically for a log-scale parameter); other members' values are the
     agent config's."""
     bounds: tuple[str, ...] = ()
-    """Bounds NAME=LOW:HIGH replacing the defaults (podracer.population.SPACES)."""
+    """Bounds NAME=LOW:HIGH replacing the defaults (the agent spec's search_space)."""
     eval_episodes: int = 8
     """Evaluation episodes per member; their mean return is the member's score."""
     eval_greedy: bool = True
@@ -178,15 +143,15 @@ def parse_ranges(config: PopulationConfig, field: str) -> dict[str, tuple[float,
     return out
 
 
-def spaces(agent: str, config: PopulationConfig) -> dict[str, Space]:
-    """The bounds of the carried hyper-parameters: the defaults of ``SPACES``, then
+def spaces(agent_spec: AgentSpec, config: PopulationConfig) -> dict[str, Space]:
+    """The bounds of the carried hyper-parameters: the agent spec's ``search_space``, then
     ``config.bounds``. An unknown name is an error that lists the agent's."""
-    known = SPACES.get(agent, {})
+    known = agent_spec.search_space
     for name in config.hparams:
         if name not in known:
             raise ConfigError(
-                f"PopulationConfig.hparams names {name!r}, which {agent} cannot carry: choose "
-                f"from {', '.join(known)}"
+                f"PopulationConfig.hparams names {name!r}, which {agent_spec.name} cannot carry: "
+                f"choose from {', '.join(known)}"
             )
     out = {name: known[name] for name in config.hparams}
     for name, (low, high) in parse_ranges(config, "bounds").items():
@@ -395,7 +360,6 @@ def tournament_step(state, scores: jax.Array, config: PopulationConfig, bounds, 
 def make_periodic(env, build, config: PopulationConfig, bounds: dict[str, Space]):
     """The :class:`podracer.anakin.Periodic` of a population: evaluation, leaderboard record and
     tournament every ``config.interval`` updates. ``build(hparams) -> (agent, optimizer)``."""
-    from podracer.anakin import Periodic
     from podracer.evaluation import make_evaluator
 
     def evaluate_one(params, hparams, key):
@@ -407,7 +371,7 @@ def make_periodic(env, build, config: PopulationConfig, bounds: dict[str, Space]
             greedy=config.eval_greedy,
             max_steps=config.eval_max_steps,
         )
-        return jnp.mean(evaluate(params, key))
+        return jnp.mean(evaluate(params, key))  # the learner's params; no agent state here
 
     def apply(state):
         lineage: Lineage = state.periodic
@@ -484,63 +448,51 @@ def _finite(x: float) -> float:
     return -math.inf if np.isnan(x) else float(x)
 
 
-def agent_name(agent_config: Any) -> str:
-    from podracer import agents
-
-    for name, entry in agents.AGENTS.items():
-        if isinstance(agent_config, entry.config_cls):
-            return name
-    raise TypeError(f"no agent takes a config of type {type(agent_config).__name__}")
-
-
-def build(
+def build_system(
+    loop: Loop,
     env_id: str,
+    agent_spec: AgentSpec,
     agent_config: Any,
     config,
     population: PopulationConfig,
     *,
     total_timesteps: int,
+    seed: int = 0,
     devices: Sequence[jax.Device] | None = None,
     hparams: dict[str, Sequence[float]] | None = None,
 ):
-    """The Anakin system of a population (:func:`podracer.anakin.make_anakin` with
-    :class:`~podracer.anakin.Members` and this module's :class:`~podracer.anakin.Periodic`).
+    """The system of a population on ``loop`` (one whose members run as one program): the
+    recipe's :class:`~podracer.loops.Members` with traced hyper-parameters and this module's
+    :class:`~podracer.loops.Periodic`.
 
-    ``config`` is the :class:`~podracer.anakin.AnakinConfig`; its ``num_seeds`` is set to
-    ``population.size`` (member ``i`` uses seed ``seed + i``). ``hparams`` gives members'
-    initial values explicitly (``{name: [P values]}``), in place of ``population.init``.
+    ``config`` is the loop's config; it is given ``population.size`` members (member ``i`` uses
+    seed ``seed + i``). ``hparams`` gives members' initial values explicitly
+    (``{name: [P values]}``), in place of ``population.init``.
     """
-    from podracer import agents, anakin, envs
-    from podracer.core.learner import choose_execution
+    from podracer import envs, loops
 
-    name = agent_name(agent_config)
-    bounds = spaces(name, population)
+    if not loop.members_in_one_program:
+        raise ConfigError(
+            f"a population is not allowed with --arch {loop.name}: its members must run as one "
+            "program"
+        )
+    bounds = spaces(agent_spec, population)
     initial = initial_hparams(agent_config, population, bounds)
     initial.update(check_explicit_hparams(agent_config, hparams or {}, bounds, population.size))
-    env = envs.make(env_id)
-    config = dataclasses.replace(config, num_seeds=population.size)
-    num_updates = max(1, total_timesteps // config.steps_per_update)
-    num_actions = env.action_spec.num_actions
-
-    def build_member(values):
-        member = dataclasses.replace(agent_config, **values)  # traced values skip the checks
-        return agents.build(member, num_actions, num_updates)
-
-    base_agent, base_optimizer = agents.build(agent_config, num_actions, num_updates)
-    return anakin.make_anakin(
-        env,
-        base_agent,
-        base_optimizer,
+    config = loop.with_members(config, population.size)
+    recipe = loops.make_recipe(
+        loop,
+        env_id,
+        agent_spec,
+        agent_config,
         config,
-        num_epochs=agent_config.num_epochs,
-        num_minibatches=agent_config.num_minibatches,
+        total_timesteps=total_timesteps,
+        seed=seed,
         devices=devices,
-        execution=choose_execution(agent_config, config, devices),
-        members=anakin.Members(
-            build=build_member, hparams=initial, seed_offsets=np.arange(population.size)
-        ),
-        periodic=make_periodic(env, build_member, population, bounds),
     )
+    members = Members(build=recipe.member, hparams=initial, seed_offsets=np.arange(population.size))
+    periodic = make_periodic(envs.make(env_id), recipe.member, population, bounds)
+    return loop.build(recipe, config, devices=devices, members=members, periodic=periodic)
 
 
 def train(
@@ -556,33 +508,25 @@ def train(
     hparams: dict[str, Sequence[float]] | None = None,
     **run_options: Any,
 ):
-    """Builds the population (:func:`build`) and runs it (:func:`podracer.anakin.run`); the
+    """Builds the population on the Anakin loop (:func:`build_system`) and runs it; the
     result's ``events`` are the leaderboard records, and its summary adds the last
     leaderboard's scores (``final_scores``, ``final_best_score``, ``final_median_score``)."""
-    from podracer import anakin
+    from podracer import agents, loops
 
-    system = build(
+    system = build_system(
+        loops.get("anakin"),
         env_id,
+        agents.spec_of(agent_config),
         agent_config,
         config,
         population,
         total_timesteps=total_timesteps,
+        seed=seed,
         devices=devices,
         hparams=hparams,
     )
-    result = anakin.run(
-        system, seed=seed, total_timesteps=total_timesteps, progress=progress, **run_options
-    )
-    result.summary.update(
-        env=env_id,
-        arch="anakin",
-        seed=seed,
-        population=population.size,
-        devices=system.mesh.devices.size,
-        processes=jax.process_count(),
-        process=jax.process_index(),
-        **final_scores(result.events),
-    )
+    result = system.run(run_options.pop("state", None), seed=seed, progress=progress, **run_options)
+    result.summary.update(population=population.size, **final_scores(result.events))
     return result
 
 

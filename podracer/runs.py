@@ -28,13 +28,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from podracer import agents, loops
 from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
-from podracer.logging import is_main_process, make_logger
-from podracer.parallel import fetch
-
-ARCHS = ("anakin", "sebulba")
-CONFIG_FILE = "config.json"
+from podracer.logging import make_logger
+from podracer.parallel import is_main_process
+from podracer.rundir import CONFIG_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +89,11 @@ class RunSpec:
     population: Any = None  # a PopulationConfig: tournament-based ensemble training (Anakin)
 
     def __post_init__(self):
-        if self.population is not None and self.arch != "anakin":
+        if self.population is not None and not loops.get(self.arch).members_in_one_program:
+            one_program = [n for n in loops.names() if loops.get(n).members_in_one_program]
             raise ConfigError(
-                f"--population is not allowed with --arch {self.arch}: a population trains on "
-                "the Anakin loop (--arch anakin)"
+                f"--population is not allowed with --arch {self.arch}: a population trains its "
+                f"members as one program (--arch {' or '.join(one_program)})"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,15 +113,8 @@ class RunSpec:
 
 
 def arch_config_cls(arch: str) -> type:
-    if arch == "anakin":
-        from podracer.anakin import AnakinConfig
-
-        return AnakinConfig
-    if arch == "sebulba":
-        from podracer.sebulba import SebulbaConfig
-
-        return SebulbaConfig
-    raise ConfigError(f"arch={arch!r} is not allowed: choose one of {', '.join(ARCHS)}")
+    """The config dataclass of the loop ``arch`` (:func:`podracer.loops.get`)."""
+    return loops.get(arch).config_cls
 
 
 def dataclass_from_dict(cls: type, values: dict[str, Any], where: str):
@@ -138,8 +131,6 @@ def dataclass_from_dict(cls: type, values: dict[str, Any], where: str):
 
 
 def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
-    from podracer import agents
-
     known = {"arch", "agent", "env", "seed", "total_timesteps", "agent_config", "arch_config"}
     unknown = sorted(set(data) - known - {"options", "population"})
     if unknown:
@@ -155,12 +146,15 @@ def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
             PopulationConfig, data["population"], f"{where}: population"
         )
     agent = data.get("agent", "ppo")
-    if agent not in agents.AGENTS:
-        raise ConfigError(
-            f"{where}: agent={agent!r} is not allowed: choose one of {', '.join(agents.AGENTS)}"
-        )
+    try:
+        agent_spec = agents.get(agent)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: agent={agent!r} is not allowed: {error}") from None
     arch = data.get("arch", "anakin")
-    arch_cls = arch_config_cls(arch)
+    try:
+        arch_cls = arch_config_cls(arch)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
     return RunSpec(
         arch=arch,
         agent=agent,
@@ -168,7 +162,7 @@ def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
         seed=int(data.get("seed", 0)),
         total_timesteps=int(data["total_timesteps"]),
         agent_config=dataclass_from_dict(
-            agents.AGENTS[agent].config_cls, data.get("agent_config", {}), f"{where}: agent_config"
+            agent_spec.config_cls, data.get("agent_config", {}), f"{where}: agent_config"
         ),
         arch_config=dataclass_from_dict(arch_cls, data.get("arch_config", {}), f"{where}: arch"),
         options=dataclass_from_dict(RunOptions, data.get("options", {}), f"{where}: options"),
@@ -213,7 +207,9 @@ def load_spec(run_dir: str) -> RunSpec:
         return spec_from_dict(json.load(f), where=path)
 
 
-def default_run_dir(spec: RunSpec, root: str = "runs") -> str:
+def default_run_dir(spec: RunSpec, root: str = "runs", kind: str | None = None) -> str:
+    """``root/<env>-<agent>-<kind>-<time>``; the kind is the loop's name (with the population's
+    size), or what ``kind`` says (``sweep``)."""
     env = spec.env.replace(":", "_").replace("/", "_")
     now = time.time()
     if jax.process_count() > 1:  # one directory for every process: process 0's clock
@@ -221,8 +217,10 @@ def default_run_dir(spec: RunSpec, root: str = "runs") -> str:
 
         now = float(multihost_utils.broadcast_one_to_all(np.float64(now)))
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    arch = spec.arch if spec.population is None else f"{spec.arch}-pop{spec.population.size}"
-    return os.path.join(root, f"{env}-{spec.agent}-{arch}-{stamp}")
+    if kind is None:
+        kind = spec.arch if spec.population is None else f"{spec.arch}-pop{spec.population.size}"
+    agent = spec.agent.replace(":", "_").replace("/", "_")
+    return os.path.join(root, f"{env}-{agent}-{kind}-{stamp}")
 
 
 class _Hooks:
@@ -310,62 +308,35 @@ def _eval_record(returns: np.ndarray, updates: int, steps_per_update: int) -> di
     }
 
 
-def eval_key(seed: int, updates: int) -> jax.Array:
-    """Evaluation's own keys: they never touch the training state's keys."""
-    return jax.random.fold_in(jax.random.key(seed + 1_000_003), updates)
+def build_system(spec: RunSpec, devices=None) -> loops.System:
+    """The system of a spec, through the loop registry: a population's when
+    ``spec.population`` is set."""
+    loop = loops.get(spec.arch)
+    agent_spec = agents.get(spec.agent)
+    if spec.population is not None:
+        from podracer import population
 
-
-def anakin_evaluator(spec: RunSpec, system):
-    """``evaluate(state, updates) -> returns [seeds, episodes]`` for an Anakin run: every seed's
-    params on ``eval_episodes`` fresh environments, on device."""
-    from podracer import agents, envs
-    from podracer.evaluation import make_evaluator
-
-    env = envs.make(spec.env)
-    agent, _ = agents.build(spec.agent_config, env.action_spec.num_actions, 1)
-    evaluate = make_evaluator(
-        env, agent, num_episodes=spec.options.eval_episodes, greedy=spec.options.eval_greedy
+        return population.build_system(
+            loop,
+            spec.env,
+            agent_spec,
+            spec.agent_config,
+            spec.arch_config,
+            spec.population,
+            total_timesteps=spec.total_timesteps,
+            seed=spec.seed,
+            devices=devices,
+        )
+    return loops.build(
+        loop,
+        spec.env,
+        agent_spec,
+        spec.agent_config,
+        spec.arch_config,
+        total_timesteps=spec.total_timesteps,
+        seed=spec.seed,
+        devices=devices,
     )
-    per_seed = jax.jit(jax.vmap(evaluate))
-    num_seeds = system.config.num_seeds
-
-    def run(state, updates):
-        keys = jax.random.split(eval_key(spec.seed, updates), num_seeds)
-        return fetch(per_seed(state.learner.params, keys))
-
-    return run
-
-
-def sebulba_evaluator(spec: RunSpec, num_actions: int):
-    """``evaluate(state, updates) -> returns [1, episodes]`` for a Sebulba run: the learner's
-    params on a separate host environment of ``eval_episodes`` environments."""
-    from podracer import agents
-    from podracer.evaluation import evaluate_host
-    from podracer.sebulba import env_factory
-
-    config = dataclasses.replace(
-        spec.arch_config, envs_per_actor=spec.options.eval_episodes, async_batch_size=0
-    )
-    make_env = env_factory(spec.env, _single_learner(config), seed=spec.seed + 1_000_003)
-    agent, _ = agents.build(spec.agent_config, num_actions, 1)
-
-    def run(state, updates):
-        env = make_env(0)
-        try:
-            params = jax.device_get(state.params)
-            returns = evaluate_host(
-                env, agent, params, eval_key(spec.seed, updates), greedy=spec.options.eval_greedy
-            )
-        finally:
-            env.close()
-        return returns[None]
-
-    return run
-
-
-def _single_learner(config):
-    # envs_per_actor need not divide over the learners for an evaluation environment
-    return dataclasses.replace(config, learner_device_ids=(config.learner_device_ids[0],))
 
 
 def train(
@@ -379,17 +350,11 @@ def train(
 ) -> dict[str, Any]:
     """Runs (or resumes) ``spec`` in ``run_dir``; returns the summary (the final JSON line).
 
-    The system is built (and a bad config or environment id reported) before anything is
-    written into ``run_dir``.
+    The system is built and its initial state made (so a bad config, environment id or size
+    is reported) before anything is written into ``run_dir``.
     """
-    if spec.arch == "anakin":
-        system = build_anakin(spec, devices)
-        initial = system.init(spec.seed)
-        jax.eval_shape(system.make_step(1), initial)  # sizes that do not divide fail here
-    else:
-        from podracer.sebulba import env_factory
-
-        env_factory(spec.env, spec.arch_config, spec.seed)(-1).close()  # a bad id fails here
+    system = build_system(spec, devices)
+    state = system.init(spec.seed)
     if not resume:
         save_spec(run_dir, spec)
     logger = make_logger(
@@ -403,137 +368,31 @@ def train(
     )
     checkpointer = Checkpointer(run_dir, keep=spec.options.keep_checkpoints)
     try:
-        if spec.arch == "anakin":
-            summary = _train_anakin(
-                spec, system, initial, checkpointer, logger, resume, resume_step
+        start = 0
+        if resume:
+            state, meta = checkpointer.restore(state, resume_step)
+            start = int(meta["updates"])
+        options = spec.options
+        evaluate = None
+        if options.eval_interval:
+            evaluate = system.evaluator(
+                seed=spec.seed, episodes=options.eval_episodes, greedy=options.eval_greedy
             )
-        else:
-            summary = _train_sebulba(spec, checkpointer, logger, resume, resume_step, devices)
+        hooks = _Hooks(spec, checkpointer, logger, evaluate, system.recipe.steps_per_update, start)
+        with hooks.reporting_interrupts():
+            result = system.run(
+                state, seed=spec.seed, start_update=start, hooks=hooks, progress=logger
+            )
     finally:
         logger.close()
         checkpointer.close()
-    summary.update(
-        agent=spec.agent,
-        run_dir=run_dir,
-        processes=jax.process_count(),
-        process=jax.process_index(),
-    )
-    return summary
-
-
-def build_anakin(spec: RunSpec, devices=None):
-    """The Anakin system of a spec: a population's when ``spec.population`` is set."""
-    if spec.population is not None:
-        from podracer import population
-
-        return population.build(
-            spec.env,
-            spec.agent_config,
-            spec.arch_config,
-            spec.population,
-            total_timesteps=spec.total_timesteps,
-            devices=devices,
-        )
-    from podracer import anakin
-
-    return anakin.build(
-        spec.env,
-        spec.agent_config,
-        spec.arch_config,
-        total_timesteps=spec.total_timesteps,
-        devices=devices,
-    )
-
-
-def _train_anakin(spec, system, state, checkpointer, logger, resume, resume_step):
-    from podracer import anakin
-
-    start = 0
-    if resume:
-        state, meta = checkpointer.restore(state, resume_step)
-        start = int(meta["updates"])
-    hooks = _Hooks(
-        spec,
-        checkpointer,
-        logger,
-        anakin_evaluator(spec, system) if spec.options.eval_interval else None,
-        system.config.steps_per_update,
-        start,
-    )
-    with hooks.reporting_interrupts():
-        result = anakin.run(
-            system,
-            seed=spec.seed,
-            total_timesteps=spec.total_timesteps,
-            progress=logger,
-            state=state,
-            start_update=start,
-            hooks=hooks,
-        )
-    result.summary.update(
-        env=spec.env, arch="anakin", seed=spec.seed, devices=system.mesh.devices.size
-    )
+    summary = result.summary
     if spec.population is not None:
         from podracer.population import final_scores
 
-        result.summary.update(population=spec.population.size, **final_scores(result.events))
-    return result.summary
-
-
-def _train_sebulba(spec, checkpointer, logger, resume, resume_step, devices):
-    from podracer import sebulba
-
-    state, start, num_actions = None, 0, None
-    if resume or spec.options.eval_interval:
-        template, num_actions = sebulba_learner_template(spec)
-        if resume:
-            state, meta = checkpointer.restore(template, resume_step)
-            start = int(meta["updates"])
-    hooks = _Hooks(
-        spec,
-        checkpointer,
-        logger,
-        sebulba_evaluator(spec, num_actions) if spec.options.eval_interval else None,
-        spec.arch_config.steps_per_update * jax.process_count(),
-        start,
-    )
-    with hooks.reporting_interrupts():
-        result = sebulba.train(
-            spec.env,
-            spec.agent_config,
-            spec.arch_config,
-            seed=spec.seed,
-            total_timesteps=spec.total_timesteps,
-            progress=logger,
-            devices=devices,
-            state=state,
-            start_update=start,
-            hooks=hooks,
-        )
-    return result.summary
-
-
-def sebulba_learner_template(spec: RunSpec):
-    """``(LearnerState, num_actions)``: a freshly initialised learner state on the host, the
-    template a Sebulba checkpoint is restored into."""
-    from podracer import agents
-    from podracer.core.learner import make_learner
-    from podracer.sebulba import env_factory
-
-    probe = env_factory(spec.env, spec.arch_config, spec.seed)(-1)
-    num_actions = probe.action_spec.num_actions
-    example_obs = np.zeros(probe.observation_spec.shape, probe.observation_spec.dtype)
-    probe.close()
-    steps = max(1, spec.total_timesteps // spec.arch_config.steps_per_update)
-    agent, optimizer = agents.build(spec.agent_config, num_actions, steps)
-    learner = make_learner(
-        agent,
-        optimizer,
-        num_epochs=spec.agent_config.num_epochs,
-        num_minibatches=spec.agent_config.num_minibatches,
-    )
-    state = jax.jit(learner.init)(jax.random.key(spec.seed), example_obs)
-    return state, num_actions
+        summary.update(population=spec.population.size, **final_scores(result.events))
+    summary.update(agent=spec.agent, run_dir=run_dir)
+    return summary
 
 
 def evaluate_run(
@@ -563,14 +422,10 @@ def evaluate_run(
                     f"no checkpoint in {checkpointer.directory} was saved with an evaluation "
                     "return: train with --eval-interval N to keep the best one"
                 )
-        if spec.arch == "anakin":
-            system = build_anakin(spec)
-            state, meta = checkpointer.restore(system.init(spec.seed), step)
-            returns = anakin_evaluator(spec, system)(state, int(meta["updates"]))
-        else:
-            template, num_actions = sebulba_learner_template(spec)
-            state, meta = checkpointer.restore(template, step)
-            returns = sebulba_evaluator(spec, num_actions)(state, int(meta["updates"]))
+        system = build_system(spec)
+        state, meta = checkpointer.restore(system.init(spec.seed), step)
+        evaluate = system.evaluator(seed=spec.seed, episodes=episodes, greedy=greedy)
+        returns = evaluate(state, int(meta["updates"]))
     return {
         **summarize_returns(returns),
         "per_seed_mean": [float(r) for r in returns.mean(axis=1)],

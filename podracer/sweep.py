@@ -1,9 +1,11 @@
 """Sweeps: seeds and numeric hyper-parameters.
 
-For Anakin a sweep is ONE program: every member (a combination of hyper-parameter values and a
-seed) is one more entry of the vmapped seed axis, and its hyper-parameters are traced values
-carried in the state (:class:`podracer.anakin.Members`), so the whole grid compiles once. For
-Sebulba the grid runs one member after another.
+On a loop whose members run as one program (Anakin) a sweep is ONE program: every member (a
+combination of hyper-parameter values and a seed) is one more entry of the vmapped seed axis,
+and its hyper-parameters are traced values carried in the state (:class:`podracer.loops.Members`),
+so the whole grid compiles once. On other loops (Sebulba) the grid runs one member after
+another, each in a run directory of its own. The sweepable fields of an agent are its spec's
+``search_space``.
 
 Members are ordered combination-major: member ``c * seeds + s`` has the ``c``-th combination of
 the grid (``itertools.product`` order of the fields as given) and seed ``seed + s``. The results
@@ -21,23 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from podracer.agents.spec import AgentSpec
 from podracer.config import ConfigError
-
-SWEEPABLE: dict[str, tuple[str, ...]] = {
-    # Fields used only inside jnp / optax arithmetic: they can be traced. (Not max_grad_norm:
-    # whether to clip at all is a Python decision.)
-    "ppo": ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef"),
-    "impala": (
-        "lr",
-        "gamma",
-        "vtrace_lambda",
-        "clip_rho",
-        "clip_pg_rho",
-        "baseline_cost",
-        "entropy_cost",
-    ),
-    "qlambda": ("lr", "gamma", "q_lambda", "epsilon"),
-}
+from podracer.loops import Loop, Members
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,17 +47,22 @@ class Grid:
         return len(self.combinations()) * self.seeds
 
 
-def check_grid(agent: str, agent_config: Any, grid: Grid) -> None:
+def sweepable(agent_spec: AgentSpec) -> tuple[str, ...]:
+    """The fields an agent's sweeps may trace: its spec's ``search_space``."""
+    return tuple(agent_spec.search_space)
+
+
+def check_grid(agent_spec: AgentSpec, agent_config: Any, grid: Grid) -> None:
     """Every swept field sweepable, every value valid for the agent's config (checked by
     building the config with it)."""
     if grid.seeds < 1:
         raise ConfigError(f"--seeds={grid.seeds} is not allowed: it must be >= 1")
-    allowed = SWEEPABLE.get(agent, ())
+    allowed = sweepable(agent_spec)
     for name, values in grid.values.items():
         if name not in allowed:
             raise ConfigError(
                 f"--sweep.{name.replace('_', '-')} is not allowed: the sweepable fields of "
-                f"{agent} are {', '.join(allowed)}"
+                f"{agent_spec.name} are {', '.join(allowed)}"
             )
         if not values:
             raise ConfigError(f"--sweep.{name.replace('_', '-')} needs one or more values")
@@ -77,25 +70,52 @@ def check_grid(agent: str, agent_config: Any, grid: Grid) -> None:
             dataclasses.replace(agent_config, **{name: value})  # validates the value
 
 
-def members(agent: str, agent_config: Any, grid: Grid, num_actions: int, num_updates: int):
-    """:class:`podracer.anakin.Members` of the grid: ``build`` makes the agent and optimizer of
-    one member from its traced hyper-parameters."""
-    from podracer import agents
-    from podracer.anakin import Members
-
+def members(grid: Grid, build) -> Members:
+    """:class:`podracer.loops.Members` of the grid: ``build(hparams)`` (a recipe's ``member``)
+    makes the agent and optimizer of one member from its traced hyper-parameters."""
     combos = grid.combinations()
     hparams = {
         name: np.repeat(np.asarray([c[name] for c in combos], np.float32), grid.seeds)
         for name in grid.values
     }
     offsets = np.tile(np.arange(grid.seeds), len(combos))
-
-    def build(values):
-        config = dataclasses.replace(agent_config, **values)  # traced values skip the checks
-        return agents.build(config, num_actions, num_updates)
-
-    del agent
     return Members(build=build, hparams=hparams, seed_offsets=offsets)
+
+
+def sweep_in_one_program(
+    loop: Loop,
+    env_id: str,
+    agent_spec: AgentSpec,
+    agent_config: Any,
+    config,
+    grid: Grid,
+    *,
+    seed: int = 0,
+    total_timesteps: int,
+    devices=None,
+    progress=None,
+):
+    """Runs the whole grid as one program of ``loop`` (its members in one program); returns
+    the :class:`podracer.loops.RunResult` (``num_seeds`` = members) and the member table."""
+    from podracer import loops
+
+    check_grid(agent_spec, agent_config, grid)
+    config = loop.with_members(config, grid.num_members)
+    recipe = loops.make_recipe(
+        loop,
+        env_id,
+        agent_spec,
+        agent_config,
+        config,
+        total_timesteps=total_timesteps,
+        seed=seed,
+        devices=devices,
+    )
+    system = loop.build(recipe, config, devices=devices, members=members(grid, recipe.member))
+    result = system.run(None, seed=seed, progress=progress)
+    result.summary.update(agent=agent_spec.name)
+    rows = member_rows(grid, seed, result.summary["final_return_per_seed"])
+    return result, rows
 
 
 def sweep_anakin(
@@ -110,34 +130,21 @@ def sweep_anakin(
     devices=None,
     progress=None,
 ):
-    """Runs the whole grid as one Anakin program; returns :class:`podracer.anakin.RunResult`
-    (``num_seeds`` = members) and the member table."""
-    from podracer import anakin, envs
-    from podracer.core.learner import choose_execution
+    """:func:`sweep_in_one_program` on the Anakin loop, for a registered agent's name."""
+    from podracer import agents, loops
 
-    check_grid(agent, agent_config, grid)
-    env = envs.make(env_id)
-    config = dataclasses.replace(config, num_seeds=grid.num_members)
-    num_updates = max(1, total_timesteps // config.steps_per_update)
-    team = members(agent, agent_config, grid, env.action_spec.num_actions, num_updates)
-    from podracer import agents
-
-    base_agent, base_optimizer = agents.build(agent_config, env.action_spec.num_actions, 1)
-    system = anakin.make_anakin(
-        env,
-        base_agent,
-        base_optimizer,
+    return sweep_in_one_program(
+        loops.get("anakin"),
+        env_id,
+        agents.get(agent),
+        agent_config,
         config,
-        num_epochs=agent_config.num_epochs,
-        num_minibatches=agent_config.num_minibatches,
+        grid,
+        seed=seed,
+        total_timesteps=total_timesteps,
         devices=devices,
-        execution=choose_execution(agent_config, config, devices),
-        members=team,
+        progress=progress,
     )
-    result = anakin.run(system, seed=seed, total_timesteps=total_timesteps, progress=progress)
-    result.summary.update(env=env_id, arch="anakin", seed=seed, agent=agent)
-    rows = member_rows(grid, seed, result.summary["final_return_per_seed"])
-    return result, rows
 
 
 def member_rows(grid: Grid, seed: int, finals: Sequence[float | None]) -> list[dict[str, Any]]:
@@ -163,11 +170,11 @@ def table(grid: Grid, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def sweep_sebulba(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[dict]:
-    """The grid as Sebulba runs one after another, each in ``run_dir/member-<i>``."""
-    from podracer import runs
+def sweep_in_turn(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[dict]:
+    """The grid as runs one after another, each in ``run_dir/member-<i>``."""
+    from podracer import agents, runs
 
-    check_grid(spec.agent, spec.agent_config, grid)
+    check_grid(agents.get(spec.agent), spec.agent_config, grid)
     rows = []
     for i, (combo, s) in enumerate(itertools.product(grid.combinations(), range(grid.seeds))):
         member = dataclasses.replace(
@@ -204,3 +211,54 @@ def parse_sweep_flags(argv: Sequence[str]) -> tuple[dict[str, tuple[float, ...]]
                 "separated by commas, e.g. 3e-4,1e-3"
             ) from error
     return values, rest
+
+
+def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[dict[str, Any]]:
+    """Runs the sweep of ``spec`` (a :class:`podracer.runs.RunSpec`, one member's) over
+    ``grid`` in ``run_dir``: one program on a loop whose members run as one, else the members in
+    turn. Writes ``results.json`` (the grid, the members, the table) and returns the table, one
+    row per combination."""
+    import json
+
+    from podracer import agents, loops, runs
+    from podracer.logging import make_logger
+    from podracer.rundir import RESULTS_FILE
+
+    loop = loops.get(spec.arch)
+    agent_spec = agents.get(spec.agent)
+    check_grid(agent_spec, spec.agent_config, grid)
+    if loop.members_in_one_program:
+        runs.save_spec(
+            run_dir,
+            dataclasses.replace(
+                spec, arch_config=loop.with_members(spec.arch_config, grid.num_members)
+            ),
+        )
+        with make_logger(
+            run_dir,
+            spec.total_timesteps,
+            console=console,
+            tensorboard=spec.options.tensorboard,
+            wandb=spec.options.wandb,
+            wandb_online=spec.options.wandb_online,
+            config=spec.to_dict(),
+        ) as logger:
+            _, rows = sweep_in_one_program(
+                loop,
+                spec.env,
+                agent_spec,
+                spec.agent_config,
+                spec.arch_config,
+                grid,
+                seed=spec.seed,
+                total_timesteps=spec.total_timesteps,
+                progress=logger,
+            )
+    else:
+        rows = sweep_in_turn(spec, grid, run_dir, console=console)
+    combos = table(grid, rows)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, RESULTS_FILE), "w", encoding="utf-8") as f:
+        results = {"grid": dict(grid.values), "seeds": grid.seeds, "members": rows}
+        json.dump({**results, "table": combos}, f, indent=2)
+    return combos

@@ -29,9 +29,31 @@ class ObservationSpec(NamedTuple):
 
 
 class DiscreteActionSpec(NamedTuple):
-    """A discrete action space ``{0, ..., num_actions - 1}``."""
+    """A discrete action space ``{0, ..., num_actions - 1}``; actions are i32 ``[]``."""
 
     num_actions: int
+
+
+class BoundedActionSpec(NamedTuple):
+    """A continuous action space: f32 actions of ``shape`` within ``[low, high]`` elementwise
+    (``low`` / ``high`` are floats or arrays of ``shape``)."""
+
+    shape: tuple[int, ...]
+    low: Any
+    high: Any
+    dtype: Any = "float32"
+
+
+ActionSpec = DiscreteActionSpec | BoundedActionSpec
+"""What an agent is built for: ``make_agent(config, env_spec)`` reads it."""
+
+
+class EnvSpec(NamedTuple):
+    """What an agent needs to know of its environment: one observation's spec and the action
+    spec. Probed once per run (:mod:`podracer.loops`)."""
+
+    observation: ObservationSpec
+    action: ActionSpec
 
 
 class EpisodeInfo(NamedTuple):
@@ -67,12 +89,18 @@ class TimeStep(NamedTuple):
 
 
 class ActorOutput(NamedTuple):
-    """What the behaviour policy computed when it acted, batched ``[B]`` (or ``[T, B]``)."""
+    """What the behaviour policy computed when it acted, batched ``[B]`` (or ``[T, B]``).
 
-    action: Array  # i32 [B]
+    The three fields every loop reads, and ``extras``: a pytree (a dict by convention) of
+    whatever one algorithm needs as well — ``{"logits": [B, A]}`` for the categorical policies,
+    q-values, a distribution's parameters, a search policy. Loops carry ``extras`` into the
+    :class:`Trajectory` untouched.
+    """
+
+    action: Array  # [B] i32 (discrete) or [B, *shape] f32 (continuous)
     log_prob: Array  # f32 [B]: log pi(action | obs) of the behaviour policy
     value: Array  # f32 [B]: the actor's value estimate v(obs) (max_a q(obs, a) for Q agents)
-    logits: Array  # f32 [B, A]: unnormalised log-probabilities (or q-values for Q agents)
+    extras: Any = ()  # the algorithm's own outputs, [B, ...] leaves
 
 
 class Trajectory(NamedTuple):
@@ -84,6 +112,10 @@ class Trajectory(NamedTuple):
     ``final_obs`` of the step). The value of ``bootstrap_obs[t]`` is therefore the bootstrap target
     both inside the rollout (``bootstrap_obs[t] == obs[t+1]`` when the episode goes on), at a
     truncation, and at ``t = T - 1``; at a termination it is discarded.
+
+    ``actor_state[t]`` is the actor state ``act`` was given at step ``t`` (already reset where an
+    episode started), so a learner can replay a recurrent policy from ``actor_state[0]``; ``()``
+    for stateless agents.
     """
 
     obs: Array  # [T, B, ...]
@@ -91,7 +123,8 @@ class Trajectory(NamedTuple):
     terminated: Array  # bool [T, B]
     truncated: Array  # bool [T, B]
     bootstrap_obs: Array  # [T, B, ...]
-    behaviour: ActorOutput  # [T, B] (logits [T, B, A])
+    behaviour: ActorOutput  # [T, B] (extras [T, B, ...])
+    actor_state: Any = ()  # [T, B, ...]: the actor state act was called with at each step
 
     @property
     def action(self) -> Array:
@@ -100,35 +133,99 @@ class Trajectory(NamedTuple):
 
 
 class LearnerState(NamedTuple):
-    """Everything the learner carries from one update to the next."""
+    """Everything the learner carries from one update to the next; checkpointed whole."""
 
     params: Params
     opt_state: Any  # optax state
     key: PRNGKey  # for minibatch shuffling and stochastic losses
     update_count: Array  # i32 []: updates done so far
+    agent_state: Any = ()  # the agent's own slot (Agent.init_state / Agent.update_state)
 
 
 MeanFn = Callable[[Array], Array]
 """``mean_fn(x)``: the mean of all elements of ``x`` over the whole batch, on every device."""
 
 
+def no_actor_state(num_envs: int) -> Any:
+    """The actor state of a stateless agent: nothing."""
+    del num_envs
+    return ()
+
+
+def no_agent_state(key: PRNGKey, params: Params) -> Any:
+    """The learner-side state of an agent that keeps none: nothing."""
+    del key, params
+    return ()
+
+
+def keep_agent_state(agent_state: Any, params: Params, traj: Any, mean_fn: Any) -> Any:
+    """``Agent.update_state`` of an agent whose state does not change."""
+    del params, traj, mean_fn
+    return agent_state
+
+
+def acting_params(params: Params, agent_state: Any) -> Params:
+    """``Agent.actor_params`` by default: the actors act with the learner's params."""
+    del agent_state
+    return params
+
+
+def greedy_from_logits(out: ActorOutput) -> Array:
+    """``Agent.greedy`` of a categorical policy or a Q agent: the largest of
+    ``out.extras["logits"]`` (the q-values for Q agents)."""
+    logits = out.extras["logits"]
+    return logits.argmax(axis=-1).astype(out.action.dtype)
+
+
 class Agent(NamedTuple):
     """An algorithm as pure functions; params are always explicit.
 
     - ``init(key, example_obs) -> params`` (``example_obs`` is one unbatched observation);
-    - ``act(params, obs, key) -> ActorOutput`` on a batch ``obs [B, ...]``;
-    - ``prepare(params, traj, mean_fn) -> batch``: targets computed once per update (advantages,
-      returns, ...) from a ``Trajectory [T, B]``. Every leaf of ``batch`` has a leading *sample*
-      axis along which the learner shuffles and cuts minibatches: ``T * B`` transitions for PPO,
-      ``B`` sequences for agents that need time (Q(lambda), V-trace). ``mean_fn`` averages over the
-      whole batch across devices, so batch statistics do not depend on the device count.
+    - ``act(params, actor_state, obs, key) -> (actor_state, ActorOutput)`` on a batch
+      ``obs [B, ...]``; ``actor_state [B, ...]`` is what the agent carries from one step to the
+      next (a recurrent cell); loops reset it to ``initial_actor_state`` where an episode starts
+      and record it in the :class:`Trajectory`;
+    - ``prepare(params, agent_state, traj, mean_fn) -> batch``: targets computed once per
+      update (advantages, returns, ...) from a ``Trajectory [T, B]``. Every leaf of ``batch``
+      has a leading *sample* axis along which the learner shuffles and cuts minibatches:
+      ``T * B`` transitions for PPO, ``B`` sequences for agents that need time (Q(lambda),
+      V-trace). ``mean_fn`` averages over the whole batch across devices, so batch statistics
+      do not depend on the device count.
     - ``loss(params, minibatch, key) -> (scalar, metrics)``.
+
+    Optional, with defaults for agents that need none of them:
+
+    - ``initial_actor_state(num_envs) -> actor_state [num_envs, ...]`` (default ``()``);
+    - ``greedy(out: ActorOutput) -> action``: the action evaluation takes when greedy
+      (default: the largest ``out.extras["logits"]``);
+    - ``init_state(key, params) -> agent_state`` and
+      ``update_state(agent_state, params, traj, mean_fn) -> agent_state``: the agent's own slot
+      in :class:`LearnerState` (a target network, normaliser statistics), updated once per update
+      after the gradient steps; checkpointed with the rest. It stays the same on every device
+      when ``update_state`` combines what each device saw with ``mean_fn``, as params do;
+      ``prepare`` reads it (``()`` when the agent keeps none);
+    - ``actor_params(params, agent_state) -> what act receives as params`` (default: params).
     """
 
     init: Callable[[PRNGKey, Array], Params]
-    act: Callable[[Params, Array, PRNGKey], ActorOutput]
-    prepare: Callable[[Params, Trajectory, MeanFn], Any]
+    act: Callable[[Params, Any, Array, PRNGKey], tuple[Any, ActorOutput]]
+    prepare: Callable[[Params, Any, Trajectory, MeanFn], Any]
     loss: Callable[[Params, Any, PRNGKey], tuple[Array, Metrics]]
+    initial_actor_state: Callable[[int], Any] = no_actor_state
+    greedy: Callable[[ActorOutput], Array] = greedy_from_logits
+    init_state: Callable[[PRNGKey, Params], Any] = no_agent_state
+    update_state: Callable[[Any, Params, Trajectory, MeanFn], Any] = keep_agent_state
+    actor_params: Callable[[Params, Any], Params] = acting_params
+
+
+def stateless(act: Callable[[Params, Array, PRNGKey], ActorOutput]):
+    """``act(params, actor_state, obs, key) -> (actor_state, out)`` from a stateless
+    ``act(params, obs, key) -> out``."""
+
+    def stateful(params, actor_state, obs, key):
+        return actor_state, act(params, obs, key)
+
+    return stateful
 
 
 class Learner(NamedTuple):
@@ -136,6 +233,32 @@ class Learner(NamedTuple):
 
     init: Callable[[PRNGKey, Array], LearnerState]
     update: Callable[[LearnerState, Trajectory], tuple[LearnerState, Metrics]]
+
+
+class HostEnvironment(Protocol):
+    """A batch of ``num_envs`` environments on the host: NumPy in, NumPy out, stepped by one
+    Sebulba actor thread (:mod:`podracer.host_envs`).
+
+    ``TimeStep`` s mean what they mean for the JAX environments: same-step auto-reset,
+    ``final_obs``, terminated and truncated kept apart, ``info`` an
+    :class:`EpisodeInfo` ``[num_envs]``. The mode is explicit: ``is_async`` False (sync) uses
+    ``reset() -> TimeStep`` and ``step(actions [num_envs]) -> TimeStep``; ``is_async`` True
+    uses ``async_reset()``, then ``recv() -> (TimeStep [batch_size], env_ids [batch_size])`` and
+    ``send(actions, env_ids)`` in turn (``batch_size < num_envs``).
+    """
+
+    id: str
+    num_envs: int
+    batch_size: int
+    is_async: bool
+    observation_spec: ObservationSpec
+    action_spec: ActionSpec
+
+    def reset(self) -> TimeStep: ...
+
+    def step(self, actions: Any) -> TimeStep: ...
+
+    def close(self) -> None: ...
 
 
 class Environment(Protocol):
@@ -154,7 +277,7 @@ class Environment(Protocol):
     def observation_spec(self) -> ObservationSpec: ...
 
     @property
-    def action_spec(self) -> DiscreteActionSpec: ...
+    def action_spec(self) -> ActionSpec: ...
 
     def reset(self, key: PRNGKey, params: Any) -> tuple[Any, TimeStep]: ...
 

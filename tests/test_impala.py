@@ -22,7 +22,7 @@ def collect(agent, num_envs=4, rollout_len=16, seed=0):
     """A CartPole trajectory ``[T, B]`` acted by ``agent`` with fresh params (returned too)."""
     env = envs.make("gymnax:CartPole-v1")
     params = agent.init(jax.random.key(seed), jnp.zeros(env.observation_spec.shape))
-    rollout = make_rollout(env, agent.act, rollout_len)
+    rollout = make_rollout(env, agent, rollout_len)
     state = reset_envs(
         env, jax.random.split(jax.random.key(seed + 1), num_envs), env.default_params
     )
@@ -42,13 +42,13 @@ def setup():
 
 
 def loss_of(agent, params, traj):
-    batch = agent.prepare(params, traj, jnp.mean)
+    batch = agent.prepare(params, (), traj, jnp.mean)
     return agent.loss(params, batch, jax.random.key(0))
 
 
 def test_prepare_gives_batch_major_sequences(setup):
     agent, params, traj = setup
-    batch = agent.prepare(params, traj, jnp.mean)
+    batch = agent.prepare(params, (), traj, jnp.mean)
     assert batch.obs.shape == (4, 16, 4) and batch.reward.shape == (4, 16)
     np.testing.assert_array_equal(batch.truncated[0, 5], True)
     np.testing.assert_array_equal(batch.behaviour_log_prob, traj.behaviour.log_prob.T)
@@ -87,7 +87,7 @@ def test_loss_equals_a_time_major_reference(which, request):
 
 def test_loss_is_finite_and_every_gradient_is_nonzero(setup):
     agent, params, traj = setup
-    batch = agent.prepare(params, traj, jnp.mean)
+    batch = agent.prepare(params, (), traj, jnp.mean)
     grads, metrics = jax.jit(jax.grad(agent.loss, has_aux=True))(params, batch, jax.random.key(0))
     assert all(np.isfinite(float(v)) for v in metrics.values())
     for path, g in jax.tree_util.tree_leaves_with_path(grads):
@@ -171,16 +171,17 @@ def test_minibatches_are_whole_sequences(one_device):
 def test_registered_with_its_defaults():
     entry = agents.get("impala")
     assert entry.config_cls is IMPALAConfig and entry.default_env == "gymnax:CartPole-v1"
-    assert entry.arch_defaults == {"num_envs": 16, "rollout_len": 32}
-    AnakinConfig(**entry.arch_defaults)
+    assert entry.loop_defaults == {"anakin": {"num_envs": 16, "rollout_len": 32}}
+    AnakinConfig(**entry.loop_defaults["anakin"])
 
 
 def test_image_torso_acts_on_uint8_frames():
     agent, _ = agents.build(IMPALAConfig(torso="nature_cnn", shared_torso=True), 6, 1)
     frames = jnp.zeros((3, 4, 84, 84), jnp.uint8)
     params = jax.jit(agent.init)(jax.random.key(0), frames[0])
-    out = jax.jit(agent.act)(params, frames, jax.random.key(1))
-    assert out.action.shape == (3,) and out.logits.shape == (3, 6) and out.value.shape == (3,)
+    _, out = jax.jit(agent.act)(params, (), frames, jax.random.key(1))
+    assert out.action.shape == (3,) and out.value.shape == (3,)
+    assert out.extras["logits"].shape == (3, 6)
 
 
 def test_config_errors_name_field_and_value():

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from flax import struct
 
-from podracer import envs
+from podracer import agents, envs
 from podracer.agents import PPOConfig, build
 from podracer.config import ConfigError
 from podracer.core import make_rollout, reset_envs
 from podracer.host_envs.jax_env import JaxHostEnvironment
-from podracer.sebulba import SebulbaConfig, host_rollout, rollout_keys, run
+from podracer.loops import make_recipe
+from podracer.sebulba import LOOP as SEBULBA
+from podracer.sebulba import HostCarry, SebulbaConfig, host_rollout, rollout_keys, run
 from podracer.sebulba.system import make_act
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
 
@@ -64,14 +66,14 @@ def test_anakin_rollout_equals_sebulba_actor():
     num_envs, T = 3, 20
     key = jax.random.key(42)
 
-    rollout = make_rollout(env, agent.act, T)
+    rollout = make_rollout(env, agent, T)
     state = reset_envs(env, jax.random.split(jax.random.key(1), num_envs), None)
     _, anakin_traj, _ = jax.jit(rollout)(params, state, None, key)
 
     host_env = JaxHostEnvironment(env, num_envs)
-    timestep = host_env.reset()
+    carry = HostCarry(host_env.reset(), ())
     _, sebulba_traj, stats = host_rollout(
-        host_env, make_act(agent), params, timestep, rollout_keys(key, T)
+        host_env, make_act(agent), params, carry, rollout_keys(key, T)
     )
     assert jax.tree.structure(anakin_traj) == jax.tree.structure(sebulba_traj)
     for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(sebulba_traj), strict=True):
@@ -95,19 +97,19 @@ def small(deterministic=True, **kwargs):
 
 def sebulba(config, make_env=None, total=4 * 16 * 6, agent_config=None, agent=None, seed=0):
     agent_config = agent_config or PPOConfig(num_epochs=2, num_minibatches=2)
-    built_agent, optimizer = build(agent_config, 3, num_updates=6)
-    make_env = make_env or (lambda i: JaxHostEnvironment(envs.make("catch"), 4, seed=i + 1))
-    return run(
-        make_env,
-        agent or built_agent,
-        optimizer,
+    recipe = make_recipe(
+        SEBULBA,
+        "catch",
+        agents.get("ppo"),
+        agent_config,
         config,
-        num_epochs=agent_config.num_epochs,
-        num_minibatches=agent_config.num_minibatches,
-        seed=seed,
         total_timesteps=total,
         devices=jax.devices()[:2],
     )
+    if agent is not None:
+        recipe = recipe._replace(agent=agent)
+    make_env = make_env or (lambda i: JaxHostEnvironment(envs.make("catch"), 4, seed=i + 1))
+    return run(recipe, config, make_env, seed=seed, devices=jax.devices()[:2])
 
 
 def podracer_threads():
@@ -172,9 +174,9 @@ def test_actor_and_learner_errors_reach_the_main_thread():
     agent, _ = build(PPOConfig(num_epochs=1, num_minibatches=1), 3, num_updates=6)
     actor_bomb = explode_after(40, "actor exploded")
 
-    def exploding_act(params, obs, key):
-        out = agent.act(params, obs, key)
-        return out._replace(action=actor_bomb(out.action))
+    def exploding_act(params, actor_state, obs, key):
+        actor_state, out = agent.act(params, actor_state, obs, key)
+        return actor_state, out._replace(action=actor_bomb(out.action))
 
     with pytest.raises(RuntimeError, match="actor exploded"):
         sebulba(small(deterministic=False), agent=agent._replace(act=exploding_act), total=10**9)
@@ -233,7 +235,7 @@ def test_async_collector_keeps_each_env_sequence():
     act = make_act(agent)
     for rollout in range(2):
         traj, stats = collector.rollout(act, params, jax.random.key(rollout), Timers())
-        assert traj.obs.shape == (40, 6, 4) and traj.behaviour.logits.shape == (40, 6, 2)
+        assert traj.obs.shape == (40, 6, 4) and traj.behaviour.extras["logits"].shape == (40, 6, 2)
         done = traj.terminated | traj.truncated
         for i in range(6):
             for t in range(39):  # within an episode the next obs is the bootstrap obs

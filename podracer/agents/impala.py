@@ -29,18 +29,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer.agents.policy import make_categorical_act, select
-from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.agents.policy import ActorCriticFields, learning_rate, make_categorical_act, select
+from podracer.agents.spec import AgentSpec, Space
+from podracer.config import check_choice, check_positive, check_range
 from podracer.core.returns import vtrace
-from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic
-from podracer.types import Agent, Trajectory
+from podracer.networks import ActorCritic
+from podracer.types import ActionSpec, Agent, Trajectory
 
 OPTIMIZERS = ("adam", "rmsprop")
 
 
 @dataclasses.dataclass(frozen=True)
-class IMPALAConfig:
-    """IMPALA hyper-parameters.
+class IMPALAConfig(ActorCriticFields):
+    """IMPALA hyper-parameters (and the actor-critic's network fields).
 
     Loss weights, discount, clips, the gradient-norm clip and the linear learning-rate decay are
     the paper's (Atari). The optimizer and learning rate are tuned for the command line's default,
@@ -48,7 +49,9 @@ class IMPALAConfig:
     final return was 500 (the maximum) on 8 of 8 seeds after 1M steps and above 400 on 7 of 7
     after 500K, where RMSProp (the paper's, ``optimizer="rmsprop"``: decay 0.99, epsilon 0.01,
     no momentum) and Adam at 6e-4 or 1e-3 ended between 170 and 500 (mean 240-350) after 1M.
-    The paper used RMSProp at 6e-4 on Atari (batch 32 x 20 steps).
+    The paper used RMSProp at 6e-4 on Atari (batch 32 x 20 steps). The paper shares one torso
+    between actor and critic (``shared_torso``; use it with the image torsos); with the MLP on
+    CartPole a shared torso ended near 120 after 1M steps.
     """
 
     lr: float = 2e-3
@@ -79,17 +82,6 @@ class IMPALAConfig:
     """SGD passes over each batch (1: every batch is used once, as in the paper)."""
     num_minibatches: int = 1
     """Minibatches (of whole sequences) per pass; must divide the environments per device."""
-    torso: str = "mlp"
-    """Torso of the network: one of mlp, nature_cnn, impala_resnet."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the MLP torso (unused by the convolutional torsos)."""
-    activation: str = "tanh"
-    """Activation of the MLP torso: one of tanh, relu, gelu, silu."""
-    shared_torso: bool = False
-    """One torso for actor and critic instead of one each. The paper shares one (use it with the
-    image torsos); with the MLP on CartPole a shared torso ended near 120 after 1M steps."""
-    channels_first: bool = True
-    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]."""
 
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
@@ -103,9 +95,7 @@ class IMPALAConfig:
         check_range(self, "baseline_cost", 0.0, None)
         check_range(self, "entropy_cost", 0.0, None)
         check_range(self, "max_grad_norm", 0.0, None)
-        check_choice(self, "torso", TORSOS)
-        check_layer_sizes(self, "hidden_sizes")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
+        self.check_network()
 
 
 class IMPALABatch(NamedTuple):
@@ -120,24 +110,17 @@ class IMPALABatch(NamedTuple):
     behaviour_log_prob: jax.Array  # f32 [B, T]: log mu(a_t | x_t)
 
 
-def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
-    """IMPALA as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
-    network = ActorCritic(
-        num_actions=num_actions,
-        hidden_sizes=tuple(config.hidden_sizes),
-        activation=config.activation,
-        shared_torso=config.shared_torso,
-        torso=config.torso,
-        channels_first=config.channels_first,
-    )
+def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
+    """IMPALA as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    network = config.network(action_spec, "impala")
 
     def init(key, example_obs):
         return network.init(key, example_obs[None])
 
     act = make_categorical_act(network)
 
-    def prepare(params, traj: Trajectory, mean_fn):
-        del params, mean_fn
+    def prepare(params, agent_state, traj: Trajectory, mean_fn):
+        del params, agent_state, mean_fn
         batch = IMPALABatch(
             obs=traj.obs,
             action=traj.action,
@@ -222,16 +205,29 @@ def make_agent(config: IMPALAConfig, num_actions: int) -> Agent:
 
 def make_optimizer(config: IMPALAConfig, num_updates: int) -> optax.GradientTransformation:
     """Global-norm clipping, then Adam or RMSProp; lr linearly annealed to 0 over the run."""
-    lr = config.lr
-    if config.anneal_lr:
-        lr = optax.linear_schedule(
-            config.lr,
-            0.0,
-            transition_steps=max(1, num_updates) * config.num_epochs * config.num_minibatches,
-        )
+    lr = learning_rate(config, num_updates)
     if config.optimizer == "adam":
         opt = optax.adam(lr, eps=1e-8)
     else:
         opt = optax.rmsprop(lr, decay=config.rmsprop_decay, eps=config.rmsprop_eps)
     parts = [optax.clip_by_global_norm(config.max_grad_norm)] if config.max_grad_norm > 0 else []
     return optax.chain(*parts, opt)
+
+
+SPEC = AgentSpec(
+    name="impala",
+    config_cls=IMPALAConfig,
+    make_agent=make_agent,
+    make_optimizer=make_optimizer,
+    default_env="gymnax:CartPole-v1",
+    loop_defaults={"anakin": {"num_envs": 16, "rollout_len": 32}},
+    search_space={
+        "lr": Space(1e-6, 1e-1, log=True),
+        "gamma": Space(0.8, 0.9999),
+        "vtrace_lambda": Space(0.5, 1.0),
+        "clip_rho": Space(0.1, 10.0, log=True),
+        "clip_pg_rho": Space(0.1, 10.0, log=True),
+        "baseline_cost": Space(0.05, 2.0, log=True),
+        "entropy_cost": Space(0.0, 0.2),
+    },
+)

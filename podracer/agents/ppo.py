@@ -2,9 +2,10 @@
 
 Schulman et al., 2017, https://arxiv.org/abs/1707.06347; defaults and details follow
 Huang et al., 2022, "The 37 implementation details of PPO" (CartPole configuration).
-Advantages are GAE over the whole trajectory (:func:`podracer.core.gae`), normalised with the
-statistics of the *whole* batch across devices, so an update does not depend on how the batch is
-split over devices or minibatches.
+Advantages are GAE over the whole trajectory (:func:`podracer.core.gae`), with the values of
+``obs`` and of ``bootstrap_obs`` both from the params being learnt (the actors' params may lag
+them: Sebulba), normalised with the statistics of the *whole* batch across devices, so an update
+does not depend on how the batch is split over devices or minibatches.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import make_categorical_act, select
-from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.agents.policy import ActorCriticFields, learning_rate, make_categorical_act, select
+from podracer.agents.spec import AgentSpec, Space
+from podracer.config import check_positive, check_range
 from podracer.core.returns import gae
-from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic
-from podracer.types import Agent, Trajectory
+from podracer.networks import ActorCritic
+from podracer.types import ActionSpec, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
-    """PPO hyper-parameters."""
+class PPOConfig(ActorCriticFields):
+    """PPO hyper-parameters (and the actor-critic's network fields)."""
 
     lr: float = 2.5e-4
     """Adam learning rate (initial value when annealed)."""
@@ -53,16 +55,6 @@ class PPOConfig:
     """Clip the value loss as in the reference PPO implementations."""
     normalize_advantages: bool = True
     """Normalise advantages by the whole batch's mean and standard deviation."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the MLP torso(s)."""
-    activation: str = "tanh"
-    """Activation of the torso: one of tanh, relu, gelu, silu."""
-    shared_torso: bool = False
-    """One torso for actor and critic instead of one each (use it with the image torsos)."""
-    torso: str = "mlp"
-    """Torso of the network: one of mlp, nature_cnn, impala_resnet."""
-    channels_first: bool = True
-    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]."""
 
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
@@ -72,9 +64,7 @@ class PPOConfig:
         check_range(self, "ent_coef", 0.0, None)
         check_range(self, "vf_coef", 0.0, None)
         check_range(self, "max_grad_norm", 0.0, None)
-        check_layer_sizes(self, "hidden_sizes")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
-        check_choice(self, "torso", TORSOS)
+        self.check_network()
 
 
 class PPOBatch(NamedTuple):
@@ -83,33 +73,33 @@ class PPOBatch(NamedTuple):
     obs: jax.Array
     action: jax.Array  # i32
     log_prob: jax.Array  # behaviour log-probability
-    value: jax.Array  # behaviour value estimate
+    value: jax.Array  # behaviour value estimate (the centre of the value clipping)
     advantage: jax.Array  # normalised when asked
     target: jax.Array  # lambda-return, the value target
 
 
-def make_agent(config: PPOConfig, num_actions: int) -> Agent:
-    """PPO as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
-    network = ActorCritic(
-        num_actions=num_actions,
-        hidden_sizes=tuple(config.hidden_sizes),
-        activation=config.activation,
-        shared_torso=config.shared_torso,
-        torso=config.torso,
-        channels_first=config.channels_first,
-    )
+def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
+    """PPO as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    network = config.network(action_spec, "ppo")
 
     def init(key, example_obs):
         return network.init(key, example_obs[None])
 
     act = make_categorical_act(network)
 
-    def prepare(params, traj: Trajectory, mean_fn):
+    def values(params, obs):
+        """``v(obs) [T, B]`` of ``obs [T, B, ...]`` in one pass over ``T * B``."""
+        num_steps, num_envs = obs.shape[:2]
+        flat = obs.reshape(num_steps * num_envs, *obs.shape[2:])
+        return network.apply(params, flat, method=ActorCritic.value).reshape(num_steps, num_envs)
+
+    def prepare(params, agent_state, traj: Trajectory, mean_fn):
+        del agent_state
         num_steps, num_envs = traj.reward.shape
-        flat_obs = traj.bootstrap_obs.reshape(num_steps * num_envs, *traj.obs.shape[2:])
-        v_t = network.apply(params, flat_obs, method=ActorCritic.value)
-        v_t = v_t.reshape(num_steps, num_envs)
-        v_tm1 = traj.behaviour.value
+        # Both values from the params being learnt: with the actors' values for v_tm1, GAE
+        # would add sum_k (gamma lambda)^k (V_new - V_old) wherever the actors lag.
+        v_t = values(params, traj.bootstrap_obs)
+        v_tm1 = values(params, traj.obs)
         advantage = gae(
             traj.reward,
             v_tm1,
@@ -128,7 +118,7 @@ def make_agent(config: PPOConfig, num_actions: int) -> Agent:
             obs=traj.obs,
             action=traj.action,
             log_prob=traj.behaviour.log_prob,
-            value=v_tm1,
+            value=traj.behaviour.value,
             advantage=advantage,
             target=target,
         )
@@ -166,11 +156,21 @@ def make_agent(config: PPOConfig, num_actions: int) -> Agent:
 
 def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after global-norm clipping; lr linearly annealed to 0 over the run."""
-    lr = config.lr
-    if config.anneal_lr:
-        lr = optax.linear_schedule(
-            config.lr,
-            0.0,
-            transition_steps=max(1, num_updates) * config.num_epochs * config.num_minibatches,
-        )
-    return clipped_adam(lr, config.max_grad_norm, eps=1e-5)
+    return clipped_adam(learning_rate(config, num_updates), config.max_grad_norm, eps=1e-5)
+
+
+SPEC = AgentSpec(
+    name="ppo",
+    config_cls=PPOConfig,
+    make_agent=make_agent,
+    make_optimizer=make_optimizer,
+    default_env="gymnax:CartPole-v1",
+    search_space={
+        "lr": Space(1e-6, 1e-1, log=True),
+        "gamma": Space(0.8, 0.9999),
+        "gae_lambda": Space(0.5, 1.0),
+        "clip_eps": Space(0.02, 0.5),
+        "ent_coef": Space(0.0, 0.2),
+        "vf_coef": Space(0.05, 2.0, log=True),
+    },
+)

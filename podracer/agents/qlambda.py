@@ -19,9 +19,10 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
+from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.networks import ACTIVATIONS, QNetwork
-from podracer.types import ActorOutput, Agent, Trajectory
+from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,25 +69,27 @@ class SequenceBatch(NamedTuple):
     bootstrap_obs: jax.Array
 
 
-def make_agent(config: QLambdaConfig, num_actions: int) -> Agent:
-    """Q(lambda) as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
-    network = QNetwork(num_actions, tuple(config.hidden_sizes), config.activation)
+def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
+    """Q(lambda) as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    actions = num_actions(action_spec, "qlambda")
+    network = QNetwork(actions, tuple(config.hidden_sizes), config.activation)
     eps = config.epsilon
 
     def init(key, example_obs):
         return network.init(key, example_obs[None])
 
-    def act(params, obs, key):
+    def act(params, actor_state, obs, key):
         q = network.apply(params, obs)
         explore_key, random_key = jax.random.split(key)
         greedy = jnp.argmax(q, axis=-1)
-        random = jax.random.randint(random_key, greedy.shape, 0, num_actions)
+        random = jax.random.randint(random_key, greedy.shape, 0, actions)
         action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
-        prob = eps / num_actions + (1.0 - eps) * (action == greedy)
-        return ActorOutput(action=action, log_prob=jnp.log(prob), value=jnp.max(q, -1), logits=q)
+        prob = eps / actions + (1.0 - eps) * (action == greedy)
+        out = ActorOutput(action, jnp.log(prob), jnp.max(q, -1), extras={"logits": q})
+        return actor_state, out
 
-    def prepare(params, traj: Trajectory, mean_fn):
-        del params, mean_fn
+    def prepare(params, agent_state, traj: Trajectory, mean_fn):
+        del params, agent_state, mean_fn
         batch = SequenceBatch(
             traj.obs, traj.action, traj.reward, traj.terminated, traj.truncated, traj.bootstrap_obs
         )
@@ -98,7 +101,7 @@ def make_agent(config: QLambdaConfig, num_actions: int) -> Agent:
 
         def q_values(obs):
             flat = obs.reshape(num_seqs * num_steps, *obs.shape[2:])
-            return network.apply(params, flat).reshape(num_seqs, num_steps, num_actions)
+            return network.apply(params, flat).reshape(num_seqs, num_steps, actions)
 
         q_tm1 = q_values(batch.obs)
         q_t = jax.lax.stop_gradient(q_values(batch.bootstrap_obs))
@@ -116,3 +119,20 @@ def make_optimizer(config: QLambdaConfig, num_updates: int) -> optax.GradientTra
     """Adam at a constant learning rate, optionally after global-norm clipping."""
     del num_updates
     return clipped_adam(config.lr, config.max_grad_norm)
+
+
+SPEC = AgentSpec(
+    name="qlambda",
+    config_cls=QLambdaConfig,
+    make_agent=make_agent,
+    make_optimizer=make_optimizer,
+    # The Podracer paper's Catch demo: 128 environments, rollouts of 16 steps.
+    default_env="catch",
+    loop_defaults={"anakin": {"num_envs": 128, "rollout_len": 16}},
+    search_space={
+        "lr": Space(1e-6, 1e-1, log=True),
+        "gamma": Space(0.8, 0.9999),
+        "q_lambda": Space(0.0, 1.0),
+        "epsilon": Space(0.0, 1.0),
+    },
+)

@@ -8,7 +8,6 @@ over it with ``lax.pmean``. Every loop builds its learner here and only chooses 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.flatten_util
@@ -18,6 +17,10 @@ import optax
 from podracer.config import ConfigValueError
 from podracer.ops import varying_axes
 from podracer.types import Agent, Learner, LearnerState, Trajectory
+
+AGENT_STATE_STREAM = 3
+"""``fold_in`` index of the agent state's key in the learner's init key (the params and the
+learner's own key come from ``split``)."""
 
 
 def make_learner(
@@ -34,11 +37,14 @@ def make_learner(
 
     ``update(state, traj)``:
 
-    1. ``batch = agent.prepare(params, traj, mean_fn)`` — targets from the trajectory ``[T, B]``,
-       with ``mean_fn`` averaging over the whole batch (over ``axis_name`` too);
+    1. ``batch = agent.prepare(params, agent_state, traj, mean_fn)`` — targets from the
+       trajectory ``[T, B]``, with ``mean_fn`` averaging over the whole batch (over
+       ``axis_name`` too);
     2. ``num_epochs`` passes, each over a fresh permutation of the batch's sample axis cut into
        ``num_minibatches`` minibatches; for each, ``grad(agent.loss)``, ``lax.pmean`` of the
-       gradients over ``axis_name`` when set, and the optax update.
+       gradients over ``axis_name`` when set, and the optax update;
+    3. ``agent_state = agent.update_state(agent_state, new_params, traj, mean_fn)``: the agent's
+       own slot (a target network, statistics), kept equal on every device by ``mean_fn``.
 
     Metrics are the losses' metrics averaged over epochs, minibatches and devices.
 
@@ -54,9 +60,9 @@ def make_learner(
         convolution backward passes inside loops many times slower than outside (37x for an
         IMPALA ResNet update, ``benchmarks/learner_unroll.py``; ``lax.scan(unroll=True)`` is not
         enough: it keeps a one-trip loop around the unrolled body), so the loops choose it there
-        for image torsos whose convolutions keep JAX's gradient (:func:`choose_execution`;
-        the IMPALA ResNet's go through :mod:`podracer.ops` and run well in loops); other
-        backends keep the loops.
+        for image torsos whose convolutions keep JAX's gradient
+        (:func:`podracer.loops.layout.learner_layout`; the IMPALA ResNet's go through
+        :mod:`podracer.ops` and run well in loops); other backends keep the loops.
       microbatch_steps: when > 0, each minibatch's gradient is the mean of the gradients of
         equal slices of at most this many environment steps each (whole samples: one IMPALA
         sample is a sequence), taken one after another — gradient accumulation. For losses that
@@ -86,6 +92,7 @@ def make_learner(
             opt_state=optimizer.init(params),
             key=state_key,
             update_count=jnp.zeros((), jnp.int32),
+            agent_state=agent.init_state(jax.random.fold_in(key, AGENT_STATE_STREAM), params),
         )
 
     def local(params, batch):
@@ -165,7 +172,7 @@ def make_learner(
 
     def update(state: LearnerState, traj: Trajectory):
         key, epochs_key = jax.random.split(state.key)
-        batch = agent.prepare(state.params, traj, mean_fn)
+        batch = agent.prepare(state.params, state.agent_state, traj, mean_fn)
         num_samples = jax.tree.leaves(batch)[0].shape[0]
         if num_samples % num_minibatches:
             raise ConfigValueError(
@@ -195,48 +202,8 @@ def make_learner(
             epoch, (state.params, state.opt_state), jax.random.split(epochs_key, num_epochs)
         )
         metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
-        new_state = LearnerState(params, opt_state, key, state.update_count + 1)
+        agent_state = agent.update_state(state.agent_state, params, traj, mean_fn)
+        new_state = LearnerState(params, opt_state, key, state.update_count + 1, agent_state)
         return new_state, metrics
 
     return Learner(init=init, update=update)
-
-
-IMAGE_TORSOS = ("nature_cnn", "impala_resnet")
-
-LOOP_FRIENDLY_TORSOS = ("impala_resnet",)
-"""Image torsos whose every convolution has stride 1, so that their gradients go through
-:mod:`podracer.ops` and XLA:CPU runs them as fast inside the learner's loops as outside."""
-
-CPU_IMAGE_MICROBATCH_STEPS = 32
-"""Gradient slice size for the image torsos on XLA:CPU (``benchmarks/learner_unroll.py``)."""
-
-
-class LearnerExecution(NamedTuple):
-    """How the learner's update is laid out for the backend; the arithmetic is the same up to
-    rounding whatever these are (``make_learner``'s ``unroll`` and ``microbatch_steps``)."""
-
-    unroll: int | bool = 1
-    microbatch_steps: int = 0
-
-
-def choose_execution(agent_config, config, devices=None) -> LearnerExecution:
-    """The learner's layout for a loop ``config`` (its ``learner_unroll`` and
-    ``learner_microbatch``; 0 means automatic) on ``devices``.
-
-    Automatic, for an image torso on XLA:CPU: gradient slices of ``CPU_IMAGE_MICROBATCH_STEPS``
-    steps, because a convolution's gradient runs 2-3x faster over small slices than over a whole
-    minibatch; and the epoch, minibatch and slice loops kept as loops for the IMPALA ResNet,
-    whose convolutions' gradients :mod:`podracer.ops` writes so that XLA:CPU runs them at full
-    speed in loops, but unrolled (``unroll=True``, straight-line code) for the Nature CNN, whose
-    strided convolutions keep JAX's gradient, which XLA:CPU runs tens of times slower inside a
-    loop (all measured by ``benchmarks/learner_unroll.py``; straight-line code costs minutes of
-    compilation and gigabytes of memory). Elsewhere the loops and one slice per minibatch."""
-    platform = (devices[0] if devices else jax.devices()[0]).platform
-    torso = getattr(agent_config, "torso", "mlp")
-    cpu_image = platform == "cpu" and torso in IMAGE_TORSOS
-    straight_line = cpu_image and torso not in LOOP_FRIENDLY_TORSOS
-    return LearnerExecution(
-        unroll=config.learner_unroll or (True if straight_line else 1),
-        microbatch_steps=config.learner_microbatch
-        or (CPU_IMAGE_MICROBATCH_STEPS if cpu_image else 0),
-    )

@@ -1,7 +1,10 @@
 """On-device environments: ``make(id)`` builds one by its id.
 
-Ids: ``"catch"`` (the Podracer paper's demo) and ``"gymnax:<name>"`` for every discrete-action
-environment of gymnax (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...).
+Ids: ``"catch"`` (the Podracer paper's demo), ``"gymnax:<name>"`` for every discrete-action
+environment of gymnax (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...), an id added
+with :func:`register`, and ``"module:attribute"``: a user's environment class or factory,
+imported from ``sys.path`` or the current directory and called with the keyword arguments
+(``podracer train --env my_envs:make_env``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from podracer.envs.wrappers import EpisodeStatistics
 
 KNOWN_IDS: tuple[str, ...] = ("catch", *(f"gymnax:{name}" for name in DISCRETE_IDS))
 
+RESERVED_PREFIXES = ("gymnax:", "envpool:", "gymnasium:")
+"""Id prefixes of the built-in families (JAX and host); any other ``a:b`` is a module path."""
+
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 
@@ -24,7 +30,7 @@ def register(env_id: str, factory: Callable[..., Any]) -> None:
     """Makes ``make(env_id, **kwargs)`` return ``factory(**kwargs)``: an environment of your own
     (see ``docs/environments.md``) for every loop, the sweeps and the population. An id that is
     built in, or already registered, is an error."""
-    if env_id in KNOWN_IDS or env_id.startswith(("gymnax:", "envpool:")):
+    if env_id in KNOWN_IDS or env_id.startswith(RESERVED_PREFIXES):
         raise ValueError(f"register: {env_id!r} is a built-in id; choose another name")
     if env_id in _REGISTRY:
         raise ValueError(f"register: {env_id!r} is already registered")
@@ -40,6 +46,16 @@ def make(env_id: str, **kwargs):
         return Catch(**kwargs)
     if env_id.startswith("gymnax:") and env_id in KNOWN_IDS:
         return GymnaxEnvironment(env_id.removeprefix("gymnax:"), **kwargs)
+    if ":" in env_id and not env_id.startswith(RESERVED_PREFIXES):
+        from podracer.agents.spec import load_attribute
+
+        factory = load_attribute(env_id, "environment id")
+        if not callable(factory):
+            raise ConfigValueError(
+                f"environment id {env_id!r} names a {type(factory).__name__}: give a class or a "
+                "function that returns an Environment (docs/environments.md)"
+            )
+        return factory(**kwargs)
     known = (*KNOWN_IDS, *_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""

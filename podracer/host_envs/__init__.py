@@ -1,11 +1,72 @@
 """Host environments for Sebulba: NumPy in, NumPy out, stepped by Python actor threads.
 
-``make("envpool:<task>", num_envs=..., batch_size=..., ...)`` builds an
-:class:`~podracer.host_envs.envpool.EnvpoolEnvironment` whose ``TimeStep``s mean what they mean
-for podracer's JAX environments (same-step auto-reset, ``final_obs``, terminated and truncated
-kept apart, episode statistics in ``info``).
+Every one implements :class:`podracer.types.HostEnvironment` (sync or async, said by
+``is_async``), and :func:`make` builds one by id:
+
+- ``envpool:<task>`` — :class:`~podracer.host_envs.envpool.EnvpoolEnvironment` (sync and async
+  modes, Atari options);
+- ``gymnasium:<id>`` — :class:`~podracer.host_envs.gymnasium.GymnasiumEnvironment`, a gymnasium
+  vector environment (sync mode);
+- any JAX environment id (``catch``, ``gymnax:<name>``, a registered id, ``module:attribute``) —
+  :class:`~podracer.host_envs.jax_env.JaxHostEnvironment`, the JAX environment stepped on the
+  host CPU (sync mode).
+
+Whatever the kind, the ``TimeStep`` s mean what they mean for podracer's JAX environments
+(same-step auto-reset, ``final_obs``, terminated and truncated kept apart, episode statistics in
+``info``).
 """
 
-from podracer.host_envs.envpool import AtariOptions, EnvpoolEnvironment, make
+from __future__ import annotations
 
-__all__ = ["AtariOptions", "EnvpoolEnvironment", "make"]
+from typing import Any
+
+from podracer.config import ConfigValueError
+from podracer.host_envs.envpool import AtariOptions, EnvpoolEnvironment
+from podracer.types import HostEnvironment
+
+PREFIXES = ("envpool:", "gymnasium:")
+
+
+def make(
+    env_id: str,
+    *,
+    num_envs: int,
+    batch_size: int | None = None,
+    seed: int = 0,
+    num_threads: int = 0,
+    **options: Any,
+) -> HostEnvironment:
+    """``num_envs`` host environments of ``env_id``; ``batch_size < num_envs`` asks for async
+    mode (envpool only). ``options`` go to the environment kind's own ``make``."""
+    if env_id.startswith("envpool:"):
+        from podracer.host_envs import envpool
+
+        return envpool.make(
+            env_id,
+            num_envs=num_envs,
+            batch_size=batch_size,
+            seed=seed,
+            num_threads=num_threads,
+            **options,
+        )
+    if batch_size is not None and batch_size != num_envs:
+        raise ConfigValueError(
+            f"async mode (batch_size={batch_size} < num_envs={num_envs}) needs an envpool "
+            f"environment, not {env_id!r}"
+        )
+    if env_id.startswith("gymnasium:"):
+        from podracer.host_envs import gymnasium
+
+        return gymnasium.make(env_id, num_envs=num_envs, seed=seed, **options)
+    from podracer import envs
+    from podracer.host_envs.jax_env import JaxHostEnvironment
+
+    if options:
+        raise ConfigValueError(
+            f"environment options {sorted(options)} are not allowed for {env_id!r}: they apply "
+            "to envpool and gymnasium ids"
+        )
+    return JaxHostEnvironment(envs.make(env_id), num_envs, seed=seed)
+
+
+__all__ = ["PREFIXES", "AtariOptions", "EnvpoolEnvironment", "make"]

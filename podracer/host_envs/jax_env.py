@@ -26,6 +26,7 @@ class JaxHostEnvironment:
         self.id = env.id
         self.num_envs = num_envs
         self.batch_size = num_envs
+        self.is_async = False
         self.observation_spec = env.observation_spec
         self.action_spec = env.action_spec
         self._params = env.default_params

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from podracer.config import ConfigError, check_positive
+from podracer.loops.layout import LearnerLayoutFields
 
 
 @dataclasses.dataclass(frozen=True)
-class SebulbaConfig:
+class SebulbaConfig(LearnerLayoutFields):
     """Sebulba's devices, threads and sizes."""
 
     actor_device_ids: tuple[int, ...] = (0,)
@@ -30,22 +31,10 @@ class SebulbaConfig:
     reproduces a run."""
     env_threads: int = 0
     """envpool worker threads per actor (0: envpool's default)."""
-    learner_unroll: int = 0
-    """``unroll`` of the learner's epoch and minibatch loops (0: automatic — unrolled for the
-    Nature CNN on CPU, loops elsewhere, the IMPALA ResNet included)."""
-    learner_microbatch: int = 0
-    """Environment steps per gradient slice: each minibatch's gradient is accumulated over
-    slices of at most this many steps (0: automatic — 32 for the image torsos on CPU, where it
-    is 2-3x faster, one slice elsewhere; a value >= the minibatch gives one slice)."""
 
     def __post_init__(self):
         check_positive(self, "actors_per_device", "envs_per_actor", "rollout_len", "queue_size")
-        for field in ("learner_unroll", "learner_microbatch"):
-            if getattr(self, field) < 0:
-                raise ConfigError(
-                    f"SebulbaConfig.{field}={getattr(self, field)} is not allowed: it must be >= 0 "
-                    "(0 chooses it from the backend and the torso)"
-                )
+        self.check_layout()
         for field in ("actor_device_ids", "learner_device_ids"):
             ids = getattr(self, field)
             if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
@@ -75,5 +64,6 @@ class SebulbaConfig:
 
     @property
     def steps_per_update(self) -> int:
-        """Environment steps that go into one learner update (every actor's trajectory)."""
+        """Environment steps of this process's actors that go into one learner update (every
+        process contributes as many: :func:`podracer.sebulba.steps_per_update`)."""
         return self.num_actors * self.envs_per_actor * self.rollout_len

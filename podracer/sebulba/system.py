@@ -34,9 +34,11 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from podracer.anakin import final_returns, params_checksum
+from podracer import seeding
 from podracer.config import ConfigValueError
-from podracer.core.learner import LearnerExecution, make_learner
+from podracer.core.rollout import reset_actor_state
+from podracer.loops.common import RunResult, summary, train_record
+from podracer.loops.recipe import Recipe
 from podracer.parallel import (
     DATA_AXIS,
     Watchdog,
@@ -47,7 +49,7 @@ from podracer.parallel import (
 )
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.pipeline import Lifetime, ParamsSlot, Stopped, TrajectoryQueue
-from podracer.types import ActorOutput, Agent, LearnerState, TimeStep, Trajectory
+from podracer.types import Agent, LearnerState, TimeStep, Trajectory
 
 JOIN_TIMEOUT_S = 10.0
 
@@ -76,32 +78,46 @@ class Timers:
         return now
 
 
+class HostCarry(NamedTuple):
+    """What an actor carries from one rollout to the next (sync mode)."""
+
+    timestep: TimeStep  # the last TimeStep (NumPy); its obs is the next one to act in
+    actor_state: Any  # the agent's actor state after the last act, on the actor's device
+
+
+def _stack(rows: list) -> Any:
+    """``[T]`` pytrees of ``[B, ...]`` (device or NumPy) -> one NumPy pytree ``[T, B, ...]``."""
+    return jax.tree.map(lambda *xs: np.stack(xs), *jax.device_get(rows))
+
+
 def host_rollout(
-    env, act, params, timestep: TimeStep, keys, timers: Timers | None = None
-) -> tuple[TimeStep, Trajectory, RolloutStats]:
+    env, act, params, carry: HostCarry, keys, timers: Timers | None = None
+) -> tuple[HostCarry, Trajectory, RolloutStats]:
     """One rollout of ``len(keys)`` steps on a host environment (sync mode).
 
-    ``act(params, obs, keys, t)`` is :func:`make_act` of the agent (``agent.act`` with the key
-    ``keys[t]``, one dispatch per step); ``params`` and ``keys`` live on the actor's device, where
-    the computation runs.
-    Returns the last TimeStep, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout
-    emits) and the statistics of the episodes that ended.
+    ``act`` is :func:`make_act` of the agent (``agent.act`` with the key ``keys[t]``, the actor
+    state reset where an episode starts, one dispatch per step); ``params`` and ``keys`` live on
+    the actor's device, where the computation runs.
+    Returns the carry, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout emits,
+    ``actor_state`` included) and the statistics of the episodes that ended.
     """
     timers = timers or Timers()
-    obs, rewards, terms, truncs, finals, outs = [], [], [], [], [], []
+    timestep, actor_state = carry
+    obs, rewards, terms, truncs, finals, outs, states = [], [], [], [], [], [], []
     episodes, return_sum, length_sum = 0, 0.0, 0
     for t in range(keys.shape[0]):
         start = time.perf_counter()
         # The observation goes in as NumPy (placed beside the committed params: an explicit
         # device_put first costs a dispatch of its own), and only the action comes back now;
         # the rest of the actor's output is fetched once, after the rollout.
-        out = act(params, timestep.obs, keys, t)
+        used, actor_state, out = act(params, actor_state, timestep.obs, timestep.done, keys, t)
         action = np.asarray(out.action)
         start = timers.add("inference", start)
         next_ts = env.step(action)
         timers.add("env_step", start)
         obs.append(timestep.obs)
         outs.append(out)
+        states.append(used)
         rewards.append(next_ts.reward)
         terms.append(next_ts.terminated)
         truncs.append(next_ts.truncated)
@@ -113,7 +129,7 @@ def host_rollout(
             length_sum += int(np.asarray(next_ts.info.episode_length)[done].sum())
         timestep = next_ts
     start = time.perf_counter()
-    outs = jax.device_get(outs)
+    behaviour, actor_states = _stack(outs), _stack(states)
     timers.add("inference", start)
     traj = Trajectory(
         obs=np.stack(obs),
@@ -121,9 +137,10 @@ def host_rollout(
         terminated=np.stack(terms).astype(bool),
         truncated=np.stack(truncs).astype(bool),
         bootstrap_obs=np.stack(finals),
-        behaviour=ActorOutput(*(np.stack(x) for x in zip(*outs, strict=True))),
+        behaviour=behaviour,
+        actor_state=actor_states,
     )
-    return timestep, traj, RolloutStats(episodes, return_sum, length_sum)
+    return HostCarry(timestep, actor_state), traj, RolloutStats(episodes, return_sum, length_sum)
 
 
 class AsyncCollector:
@@ -133,14 +150,16 @@ class AsyncCollector:
     Each env keeps its own sequence: the transition of env ``i`` is complete when ``i`` comes
     back from ``recv`` with the result of the action it was sent. When every env has ``T``
     complete transitions, the first ``T`` of each form the trajectory (time-major, env order);
-    later ones wait for the next trajectory.
+    later ones wait for the next trajectory. Each env's actor state is kept here (NumPy rows)
+    and reset where its episode starts.
     """
 
-    def __init__(self, env, rollout_len: int):
+    def __init__(self, env, rollout_len: int, initial_actor_state: Any = ()):
         self.env = env
         self.rollout_len = rollout_len
         self.buffers: list[list] = [[] for _ in range(env.num_envs)]
         self.pending: dict[int, tuple] = {}
+        self.actor_state = jax.device_get(initial_actor_state)  # [num_envs, ...] NumPy
         self.calls = 0
         env.async_reset()
 
@@ -150,11 +169,20 @@ class AsyncCollector:
             start = time.perf_counter()
             ts, env_ids = self.env.recv()
             start = timers.add("env_step", start)
-            for j, i in enumerate(env_ids.tolist()):
+            ids = env_ids.tolist()
+            for j, i in enumerate(ids):
                 if i in self.pending:
-                    obs, out = self.pending.pop(i)
+                    obs, out, used = self.pending.pop(i)
                     self.buffers[i].append(
-                        (obs, out, ts.reward[j], ts.terminated[j], ts.truncated[j], ts.final_obs[j])
+                        (
+                            obs,
+                            out,
+                            ts.reward[j],
+                            ts.terminated[j],
+                            ts.truncated[j],
+                            ts.final_obs[j],
+                            used,
+                        )
                     )
             if ts.info is not None:
                 done = np.asarray(ts.info.done)
@@ -162,67 +190,74 @@ class AsyncCollector:
                 return_sum += float(np.asarray(ts.info.episode_return)[done].sum())
                 length_sum += int(np.asarray(ts.info.episode_length)[done].sum())
             keys = jax.random.fold_in(key, self.calls)[None]
-            out = jax.device_get(act(params, ts.obs, keys, 0))  # runs beside the params
+            rows = jax.tree.map(lambda x, ids=env_ids: x[ids], self.actor_state)
+            # runs beside the params
+            used, rows, out = jax.device_get(act(params, rows, ts.obs, ts.done, keys, 0))
             self.calls += 1
             start = timers.add("inference", start)
             self.env.send(out.action, env_ids)
             timers.add("env_step", start)
-            for j, i in enumerate(env_ids.tolist()):
-                self.pending[i] = (ts.obs[j], jax.tree.map(lambda x, j=j: x[j], out))
+
+            def scatter(x, new, ids=env_ids):
+                x = np.array(x)
+                x[ids] = new
+                return x
+
+            self.actor_state = jax.tree.map(scatter, self.actor_state, rows)
+            for j, i in enumerate(ids):
+                self.pending[i] = (
+                    ts.obs[j],
+                    jax.tree.map(lambda x, j=j: x[j], out),
+                    jax.tree.map(lambda x, j=j: x[j], used),
+                )
         steps = [b[: self.rollout_len] for b in self.buffers]
         self.buffers = [b[self.rollout_len :] for b in self.buffers]
 
         def stack(field):  # [T, num_envs, ...]
-            return np.stack(
-                [np.stack([seq[t][field] for seq in steps]) for t in range(self.rollout_len)]
-            )
+            rows = [[seq[t][field] for seq in steps] for t in range(self.rollout_len)]
+            return jax.tree.map(lambda *xs: np.stack(xs), *[_stack(row) for row in rows])
 
-        outs = [[seq[t][1] for seq in steps] for t in range(self.rollout_len)]
-        behaviour = jax.tree.map(
-            lambda *xs: np.asarray(xs).reshape(self.rollout_len, len(steps), *np.shape(xs[0])),
-            *[o for row in outs for o in row],
-        )
         traj = Trajectory(
             obs=stack(0),
             reward=stack(2).astype(np.float32),
             terminated=stack(3).astype(bool),
             truncated=stack(4).astype(bool),
             bootstrap_obs=stack(5),
-            behaviour=behaviour,
+            behaviour=stack(1),
+            actor_state=stack(6),
         )
         return traj, RolloutStats(episodes, return_sum, length_sum)
 
 
 def make_act(agent: Agent):
-    """The actor's jitted step: ``act(params, obs, keys, t) = agent.act(params, obs, keys[t])``."""
-    return jax.jit(lambda params, obs, keys, t: agent.act(params, obs, keys[t]))
+    """The actor's jitted step: ``act(params, actor_state, obs, done, keys, t) -> (actor_state
+    given to agent.act, its next actor state, ActorOutput)``, with ``keys[t]`` and the actor
+    state reset to ``agent.initial_actor_state`` where ``done`` (the observation starts an
+    episode)."""
 
+    def step(params, actor_state, obs, done, keys, t):
+        initial = agent.initial_actor_state(obs.shape[0])
+        actor_state = reset_actor_state(initial, actor_state, done)
+        next_state, out = agent.act(params, actor_state, obs, keys[t])
+        return actor_state, next_state, out
 
-class SebulbaResult(NamedTuple):
-    summary: dict[str, Any]
-    params: Any
-    history: dict[str, np.ndarray]  # per-update metrics [1, updates run by this call of run()]
-    state: LearnerState  # the learner's final state (on the learner mesh)
+    return jax.jit(step)
 
 
 def run(
-    make_env: Callable[[int], Any],
-    agent: Agent,
-    optimizer,
+    recipe: Recipe,
     config: SebulbaConfig,
+    make_env: Callable[[int], Any],
     *,
-    num_epochs: int,
-    num_minibatches: int,
     seed: int,
-    total_timesteps: int,
     progress: Callable[[dict[str, Any]], None] | None = None,
     devices: Sequence[jax.Device] | None = None,
     state: LearnerState | None = None,
     start_update: int = 0,
     hooks: Any = None,
-    execution: LearnerExecution | None = None,
-) -> SebulbaResult:
-    """Trains until ``total_timesteps`` environment steps (all actors together) are learnt from.
+) -> RunResult:
+    """Trains the recipe's agent until its ``total_timesteps`` environment steps (all actors of
+    every process together) are learnt from.
 
     ``make_env(actor_index)`` builds an actor's host environment with
     ``config.envs_per_actor`` environments; the index is global (actor ``i`` of process ``p`` is
@@ -234,12 +269,12 @@ def run(
 
     A resumed run passes the restored learner ``state`` and the updates it had done as
     ``start_update``; the environments start afresh. ``hooks`` (see
-    :class:`podracer.anakin.RunHooks`) gets ``after_call(state, updates, last)`` in the learner
+    :class:`podracer.loops.RunHooks`) gets ``after_call(state, updates, last)`` in the learner
     thread after every update, and ``interrupted(state, updates)`` in the calling thread on
-    Ctrl-C. ``execution`` is the learner's layout (default: the config's ``learner_unroll`` or 1
-    and ``learner_microbatch``; :func:`podracer.sebulba.train` chooses it with
-    :func:`~podracer.core.learner.choose_execution`).
+    Ctrl-C. The learner is the recipe's (its agent spec's ``make_learner`` in its layout) over
+    the learner mesh's DATA_AXIS.
     """
+    agent = recipe.agent
     num_processes = jax.process_count()
     if devices is not None and num_processes > 1:
         raise ValueError(
@@ -259,12 +294,11 @@ def run(
     else:
         learner_mesh = data_mesh([devices[i] for i in config.learner_device_ids])
     first_actor = jax.process_index() * config.num_actors  # global index of local actor 0
-    steps_per_update = config.steps_per_update * num_processes
-    num_updates = max(1, total_timesteps // steps_per_update)
+    steps_per_update, num_updates = recipe.steps_per_update, recipe.num_updates
     if not 0 <= start_update < num_updates:
         raise ConfigValueError(
             f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
-            f"of {steps_per_update} steps (total_timesteps={total_timesteps})"
+            f"of {steps_per_update} steps (total_timesteps={recipe.total_timesteps})"
         )
     lifetime = Lifetime()
     slot = ParamsSlot(lifetime)
@@ -272,16 +306,7 @@ def run(
     traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
     replicated = NamedSharding(learner_mesh, P())
 
-    if execution is None:
-        execution = LearnerExecution(config.learner_unroll or 1, config.learner_microbatch)
-    learner = make_learner(
-        agent,
-        optimizer,
-        num_epochs=num_epochs,
-        num_minibatches=num_minibatches,
-        axis_name=DATA_AXIS,
-        **execution._asdict(),
-    )
+    learner = recipe.learner(axis_name=DATA_AXIS)
 
     def update_all(state, trajs):
         traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
@@ -299,9 +324,7 @@ def run(
 
     # Everything is compiled before the threads start, so compile time is measured apart.
     t0 = time.perf_counter()
-    probe = make_env(-1)
-    example_obs = np.zeros(probe.observation_spec.shape, probe.observation_spec.dtype)
-    probe.close()
+    example_obs = recipe.example_obs()
     if state is None:
         state = jax.jit(
             lambda obs: learner.init(jax.random.key(seed), obs), out_shardings=replicated
@@ -310,7 +333,16 @@ def run(
         state = jax.device_put(state, replicated)
     act = make_act(agent)
     batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
-    out_shape = jax.eval_shape(agent.act, state.params, batch_obs, jax.random.key(0))
+    initial_actor_state = agent.initial_actor_state(config.envs_per_actor)
+    acting = agent.actor_params
+    _, out_shape = jax.eval_shape(
+        agent.act,
+        acting(state.params, state.agent_state),
+        initial_actor_state,
+        batch_obs,
+        jax.random.key(0),
+    )
+    state_shape = jax.eval_shape(lambda: initial_actor_state)
     global_envs = config.envs_per_actor * num_processes  # one actor's columns, every process
     global_obs = (config.rollout_len, global_envs, *example_obs.shape)
     traj_shape = Trajectory(
@@ -325,6 +357,12 @@ def run(
             ),
             out_shape,
         ),
+        actor_state=jax.tree.map(
+            lambda s: jax.ShapeDtypeStruct(
+                (config.rollout_len, global_envs, *s.shape[1:]), s.dtype
+            ),
+            state_shape,
+        ),
     )
     traj_shape = jax.tree.map(
         lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=traj_sharding), traj_shape
@@ -332,15 +370,21 @@ def run(
     update = update.lower(state, (traj_shape,) * config.num_actors).compile()
     # The actors' own call signature: params and keys on the device, the observations as NumPy
     # and the step index as a Python int (another signature would compile again in the thread).
-    acting_obs = batch_obs[: config.async_batch_size or config.envs_per_actor]
+    acting_envs = config.async_batch_size or config.envs_per_actor
+    acting_obs = batch_obs[:acting_envs]
+    acting_done = np.zeros(acting_envs, bool)
     for device in actor_devices:
         if config.async_batch_size:  # one key per recv, see AsyncCollector.rollout
             keys = jax.random.fold_in(jax.random.key(0), 0)[None]
+            actor_state = jax.device_get(agent.initial_actor_state(acting_envs))
         else:
             keys = rollout_keys(jax.random.key(0), config.rollout_len)
-        params = jax.tree.map(local_copy, state.params)
+            actor_state = jax.device_put(initial_actor_state, device)
+        params = jax.tree.map(local_copy, acting(state.params, state.agent_state))
         params, keys = jax.device_put((params, keys), device)
-        jax.block_until_ready(act(params, acting_obs, keys, 0))
+        _, actor_state, _ = act(params, actor_state, acting_obs, acting_done, keys, 0)
+        if not config.async_batch_size:  # the signature of every later step
+            jax.block_until_ready(act(params, actor_state, acting_obs, acting_done, keys, 0))
     compile_s = time.perf_counter() - t0
 
     actor_timers = [Timers() for _ in range(config.num_actors)]
@@ -354,13 +398,13 @@ def run(
         timers = actor_timers[index]
         env = make_env(first_actor + index)
         try:
-            key = jax.random.fold_in(jax.random.key(seed + 1), first_actor + index)
-            key = jax.device_put(key, device)
-            is_async = env.batch_size < env.num_envs
-            if is_async:
-                collector = AsyncCollector(env, config.rollout_len)
+            key = jax.random.key(seed + seeding.ACTOR_KEY_OFFSET)
+            key = jax.device_put(jax.random.fold_in(key, first_actor + index), device)
+            initial = agent.initial_actor_state(env.num_envs)
+            if env.is_async:
+                collector = AsyncCollector(env, config.rollout_len, initial)
             else:
-                timestep = env.reset()
+                carry = HostCarry(env.reset(), jax.device_put(initial, device))
             rollout = start_update  # rollout k acts with the params of update k - 1
             while not lifetime.stopping:
                 start = time.perf_counter()
@@ -369,11 +413,11 @@ def run(
                 params = copies[device]
                 timers.add("params_fetch", start)
                 rollout_key = jax.random.fold_in(key, rollout)
-                if is_async:
+                if env.is_async:
                     traj, stats = collector.rollout(act, params, rollout_key, timers)
                 else:
                     keys = rollout_keys(rollout_key, config.rollout_len)
-                    timestep, traj, stats = host_rollout(env, act, params, timestep, keys, timers)
+                    carry, traj, stats = host_rollout(env, act, params, carry, keys, timers)
                 start = time.perf_counter()
                 traj = global_array(traj_sharding, traj)  # this process's columns
                 timers.add("place_on_learners", start)
@@ -383,15 +427,15 @@ def run(
         finally:
             env.close()
 
-    def publish(params, version):
+    def publish(state, version):
         # A copy on every actor device: the learner's state is donated to the next update.
-        params = jax.tree.map(local_copy, params)
+        params = jax.tree.map(local_copy, acting(state.params, state.agent_state))
         copies = {d: jax.device_put(params, d, may_alias=False) for d in set(actor_devices)}
         slot.publish(copies, version)
 
     def learner_loop():
         nonlocal state, done_updates
-        publish(state.params, start_update)
+        publish(state, start_update)
         for k in range(start_update, num_updates):
             watchdog.beat()
             start = time.perf_counter()
@@ -400,7 +444,7 @@ def run(
             state, metrics = update(state, tuple(item[0] for item in items))
             metrics = jax.device_get(metrics)
             learner_timers.add("update", start)
-            publish(state.params, k + 1)
+            publish(state, k + 1)
             done_updates = k + 1
             if hooks is not None:
                 hooks.after_call(state, done_updates, done_updates == num_updates)
@@ -466,30 +510,32 @@ def run(
     if num_processes > 1:  # the episodes of every process's actors (every process is here)
         for name in ("episodes", "return_sum", "length_sum"):
             hist[name] = multihost_utils.process_allgather(hist[name]).sum(axis=0)
-    total_steps = num_updates * steps_per_update
-    run_steps = (num_updates - start_update) * steps_per_update
-    final = final_returns(hist, steps_per_update, run_steps)
-    params = jax.device_get(state.params)
-    summary = {
-        "total_steps": total_steps,
-        "num_updates": num_updates,
-        "start_update": start_update,
-        "processes": num_processes,
-        "process": jax.process_index(),
-        "sps": run_steps / elapsed,
-        "actor_sps": sum(actor_steps) / elapsed,
-        "per_actor_sps": [s / elapsed for s in actor_steps],
-        "compile_s": compile_s,
-        "run_s": elapsed,
-        "final_return": None if np.isnan(final[0]) else float(final[0]),
-        "params_checksum": params_checksum(params),
-        "policy_lag_mean": float(np.mean(lags)) if lags else None,
-        "policy_lag_max": int(np.max(lags)) if lags else None,
-        "actor_time_s": _mean_timers(actor_timers),
-        "learner_time_s": dict(learner_timers.seconds),
-        "queue_size_mean": float(np.mean(history["queue_size"])),
-    }
-    return SebulbaResult(summary, params, hist, state)
+    numbers = summary(
+        hist,
+        steps_per_update=steps_per_update,
+        num_updates=num_updates,
+        start_update=start_update,
+        num_members=1,
+        elapsed=elapsed,
+        compile_s=compile_s,
+        params=jax.device_get(state.params),
+    )
+    numbers.update(
+        env=recipe.env_id,
+        arch="sebulba",
+        seed=seed,
+        devices=len(learner_mesh.devices.flat),
+        processes=num_processes,
+        process=jax.process_index(),
+        actor_sps=sum(actor_steps) / elapsed,
+        per_actor_sps=[s / elapsed for s in actor_steps],
+        policy_lag_mean=float(np.mean(lags)) if lags else None,
+        policy_lag_max=int(np.max(lags)) if lags else None,
+        actor_time_s=_mean_timers(actor_timers),
+        learner_time_s=dict(learner_timers.seconds),
+        queue_size_mean=float(np.mean(history["queue_size"])),
+    )
+    return RunResult(numbers, state, hist)
 
 
 def _join(threads) -> None:
@@ -513,28 +559,26 @@ _BOOKKEEPING = ("episodes", "return_sum", "length_sum", "queue_size")
 def _record(
     history, lags, config, steps_per_update, num_updates, start_update, start, actor_steps
 ) -> dict[str, Any]:
-    """The ``"train"`` record (:mod:`podracer.logging`) of the updates done so far."""
+    """The ``"train"`` record (:func:`podracer.loops.common.train_record`) of the updates done
+    so far; its episode return is over the last 5 updates."""
     history = {name: list(values) for name, values in list(history.items())}  # a snapshot
     run_updates = len(history.get("episodes", ()))
-    done = start_update + run_updates
-    elapsed = time.perf_counter() - start
     recent = slice(max(0, run_updates - 5), run_updates)
-    episodes = sum(history.get("episodes", [])[recent])
-    episode_return = float(sum(history["return_sum"][recent]) / episodes) if episodes else None
-    return {
-        "kind": "train",
-        "step": done * steps_per_update,
-        "updates": done,
-        "fraction": done / num_updates,
-        "sps": run_updates * steps_per_update / max(elapsed, 1e-9),
-        "actor_sps": sum(actor_steps) / max(elapsed, 1e-9),
-        "elapsed_s": elapsed,
-        "episode_return": episode_return,
-        "episode_returns": [episode_return],
-        "policy_lag": float(np.mean(lags[-5 * config.num_actors :])) if lags else None,
-        "queue_size": history["queue_size"][-1] if history.get("queue_size") else None,
-        **{n: v[-1] for n, v in history.items() if n not in _BOOKKEEPING and v},
-    }
+    elapsed = max(time.perf_counter() - start, 1e-9)
+    return train_record(
+        updates=start_update + run_updates,
+        num_updates=num_updates,
+        start_update=start_update,
+        steps_per_update=steps_per_update,
+        num_members=1,
+        start=start,
+        returns=np.asarray([sum(history.get("return_sum", [])[recent])]),
+        episodes=np.asarray([sum(history.get("episodes", [])[recent])]),
+        metrics={n: v[-1] for n, v in history.items() if n not in _BOOKKEEPING and v},
+        actor_sps=sum(actor_steps) / elapsed,
+        policy_lag=float(np.mean(lags[-5 * config.num_actors :])) if lags else None,
+        queue_size=history["queue_size"][-1] if history.get("queue_size") else None,
+    )
 
 
-__all__ = ["SebulbaResult", "Stopped", "host_rollout", "make_act", "rollout_keys", "run"]
+__all__ = ["HostCarry", "Stopped", "host_rollout", "make_act", "rollout_keys", "run"]

@@ -1,56 +1,148 @@
-"""Sebulba from ids and configs: the environment factory and :func:`train`."""
+"""Sebulba as a loop of the registry: the environment factory, the system and :func:`train`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 
-from podracer.config import ConfigValueError
-from podracer.core.learner import choose_execution
+from podracer import host_envs, seeding
+from podracer.loops import Loop
+from podracer.loops.common import Members, Periodic, RunHooks, RunResult
+from podracer.loops.recipe import Recipe
 from podracer.sebulba.config import SebulbaConfig
-from podracer.sebulba.system import SebulbaResult, run
+from podracer.sebulba.system import run
+from podracer.types import EnvSpec, HostEnvironment
+
+DEFAULT_ENV = "envpool:CartPole-v1"
 
 
 def env_factory(
     env_id: str, config: SebulbaConfig, seed: int, env_options: dict[str, Any] | None = None
-) -> Callable[[int], Any]:
-    """``make_env(actor_index)`` for an id: ``envpool:<task>`` builds envpool environments
-    (``env_options``: envpool / Atari options, see :mod:`podracer.host_envs.envpool`);
-    ``catch`` and ``gymnax:<name>`` run the JAX environment on the host CPU (for tests and
-    comparisons with Anakin). Each actor gets its own seed."""
-    from podracer import envs, host_envs
-    from podracer.host_envs.jax_env import JaxHostEnvironment
+) -> Callable[[int], HostEnvironment]:
+    """``make_env(actor_index)``: the host environments (:func:`podracer.host_envs.make`) of
+    one actor, ``config.envs_per_actor`` of them, in async mode when
+    ``config.async_batch_size`` is set; each actor gets its own seed
+    (:data:`podracer.seeding.ENV_SEED_STRIDE`). ``env_options`` go to the environment kind."""
 
-    if env_id.startswith("envpool:"):
-        batch_size = config.async_batch_size or None
-
-        def make_env(actor: int):
-            return host_envs.make(
-                env_id,
-                num_envs=config.envs_per_actor,
-                batch_size=batch_size,
-                seed=seed * 10_007 + actor + 1,
-                num_threads=config.env_threads,
-                **(env_options or {}),
-            )
-    else:
-        envs.make(env_id)  # fail now, with the list of known ids
-        if env_options:
-            raise ConfigValueError(f"env_options {sorted(env_options)} apply to envpool ids only")
-        if config.async_batch_size:
-            raise ConfigValueError(
-                f"SebulbaConfig.async_batch_size={config.async_batch_size} needs an envpool "
-                f"environment, not {env_id!r}"
-            )
-
-        def make_env(actor: int):
-            return JaxHostEnvironment(
-                envs.make(env_id), config.envs_per_actor, seed=seed * 10_007 + actor + 1
-            )
+    def make_env(actor: int) -> HostEnvironment:
+        return host_envs.make(
+            env_id,
+            num_envs=config.envs_per_actor,
+            batch_size=config.async_batch_size or None,
+            seed=seed * seeding.ENV_SEED_STRIDE + actor + 1,
+            num_threads=config.env_threads,
+            **(env_options or {}),
+        )
 
     return make_env
+
+
+def steps_per_update(config: SebulbaConfig) -> int:
+    """Environment steps per update, every process's actors together."""
+    return config.steps_per_update * jax.process_count()
+
+
+def probe(env_id: str, config: SebulbaConfig, seed: int) -> EnvSpec:
+    """The specs of a host environment of ``env_id`` (one is built and closed: an unknown id or
+    option fails here, in the caller's thread)."""
+    env = env_factory(env_id, config, seed)(-1)
+    try:
+        return EnvSpec(env.observation_spec, env.action_spec)
+    finally:
+        env.close()
+
+
+class SebulbaSystem(NamedTuple):
+    """A built Sebulba system (a :class:`podracer.loops.System`). Its state is the learner's
+    :class:`~podracer.types.LearnerState`; actors' environments start afresh on every run."""
+
+    recipe: Recipe
+    config: SebulbaConfig
+    devices: Sequence[jax.Device] | None = None
+    env_options: dict[str, Any] | None = None
+
+    def init(self, seed: int):
+        """A freshly initialised learner state, on the host (also a checkpoint's template)."""
+        learner = self.recipe.learner()
+        return jax.jit(learner.init)(jax.random.key(seed), self.recipe.example_obs())
+
+    def run(
+        self,
+        state=None,
+        *,
+        seed: int,
+        start_update: int = 0,
+        hooks: RunHooks | None = None,
+        progress=None,
+    ) -> RunResult:
+        make_env = env_factory(self.recipe.env_id, self.config, seed, self.env_options)
+        return run(
+            self.recipe,
+            self.config,
+            make_env,
+            seed=seed,
+            progress=progress,
+            devices=self.devices,
+            state=state,
+            start_update=start_update,
+            hooks=hooks,
+        )
+
+    def evaluator(self, *, seed: int, episodes: int, greedy: bool):
+        """``evaluate(state, updates) -> returns [1, episodes]``: the learner's params on a
+        separate sync host environment of ``episodes`` environments."""
+        from podracer.evaluation import eval_key, evaluate_host
+
+        config = dataclasses.replace(
+            self.config,
+            envs_per_actor=episodes,
+            async_batch_size=0,
+            learner_device_ids=self.config.learner_device_ids[:1],
+        )
+        make_env = env_factory(
+            self.recipe.env_id, config, seed + seeding.EVAL_SEED_OFFSET, self.env_options
+        )
+        agent = self.recipe.agent
+
+        def evaluate(state, updates) -> np.ndarray:
+            env = make_env(0)
+            try:
+                params = jax.device_get(agent.actor_params(state.params, state.agent_state))
+                returns = evaluate_host(env, agent, params, eval_key(seed, updates), greedy=greedy)
+            finally:
+                env.close()
+            return returns[None]
+
+        return evaluate
+
+
+def build_system(
+    recipe: Recipe,
+    config: SebulbaConfig,
+    *,
+    devices: Sequence[jax.Device] | None = None,
+    members: Members | None = None,
+    periodic: Periodic | None = None,
+) -> SebulbaSystem:
+    """:attr:`Loop.build` of Sebulba (one member; sweeps run their members in turn)."""
+    if members is not None or periodic is not None:
+        raise ValueError("Sebulba runs one member per system: run the members in turn")
+    return SebulbaSystem(recipe, config, devices)
+
+
+LOOP = Loop(
+    name="sebulba",
+    config_cls=SebulbaConfig,
+    default_env=lambda agent_spec: DEFAULT_ENV,
+    probe=probe,
+    steps_per_update=steps_per_update,
+    build=build_system,
+    members_in_one_program=False,
+)
 
 
 def train(
@@ -63,33 +155,22 @@ def train(
     devices: Sequence[jax.Device] | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
     env_options: dict[str, Any] | None = None,
-    **run_options: Any,
-) -> SebulbaResult:
-    """Builds the environments, the agent and its optimizer, and runs Sebulba.
+    state=None,
+    start_update: int = 0,
+    hooks: RunHooks | None = None,
+) -> RunResult:
+    """Builds the recipe and the system of a registered agent's config and runs Sebulba."""
+    from podracer import agents, loops
 
-    ``run_options`` go to :func:`podracer.sebulba.system.run` (``state``, ``start_update``,
-    ``hooks`` when resuming or checkpointing)."""
-    from podracer import agents
-
-    make_env = env_factory(env_id, config, seed, env_options)
-    probe = make_env(-1)  # an unknown id or option fails here, in the caller's thread
-    num_actions = probe.action_spec.num_actions
-    probe.close()
-    num_updates = max(1, total_timesteps // (config.steps_per_update * jax.process_count()))
-    agent, optimizer = agents.build(agent_config, num_actions, num_updates)
-    result = run(
-        make_env,
-        agent,
-        optimizer,
+    recipe = loops.make_recipe(
+        LOOP,
+        env_id,
+        agents.spec_of(agent_config),
+        agent_config,
         config,
-        num_epochs=agent_config.num_epochs,
-        num_minibatches=agent_config.num_minibatches,
-        seed=seed,
         total_timesteps=total_timesteps,
-        progress=progress,
+        seed=seed,
         devices=devices,
-        execution=choose_execution(agent_config, config, devices),
-        **run_options,
     )
-    result.summary.update(env=env_id, arch="sebulba", seed=seed)
-    return result
+    system = SebulbaSystem(recipe, config, devices, env_options)
+    return system.run(state, seed=seed, start_update=start_update, hooks=hooks, progress=progress)

@@ -1,0 +1,159 @@
+"""What an agent file exports: one :class:`AgentSpec`, and the registry that finds it.
+
+An agent is one file: its frozen config dataclass, ``make_agent(config, action_spec) -> Agent``,
+``make_optimizer(config, num_updates)`` and one ``SPEC = AgentSpec(...)`` that ties them to the
+rest (default environment, loop sizes that suit it, the hyper-parameters sweeps and populations
+may trace). :func:`register` adds a spec; :func:`get` finds one by name, or imports it from a
+``module:attribute`` path (a user's agent, ``podracer train --agent my_agents:SPEC``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import optax
+
+from podracer.config import ConfigError, ConfigValueError
+from podracer.types import ActionSpec, Agent, DiscreteActionSpec, Learner
+
+
+class Space(NamedTuple):
+    """Where a traced hyper-parameter may go: ``[low, high]``, searched on a log scale when
+    ``log`` (sweeps check their values against it, populations perturb within it)."""
+
+    low: float
+    high: float
+    log: bool = False
+
+
+def epochs_learner(agent: Agent, optimizer, config: Any, **layout: Any) -> Learner:
+    """The on-policy learner: ``config.num_epochs`` passes of ``config.num_minibatches``
+    minibatches over each trajectory (:func:`podracer.core.learner.make_learner`); ``layout``
+    is the loop's (``axis_name``, ``unroll``, ``microbatch_steps``)."""
+    from podracer.core.learner import make_learner
+
+    return make_learner(
+        agent,
+        optimizer,
+        num_epochs=config.num_epochs,
+        num_minibatches=config.num_minibatches,
+        **layout,
+    )
+
+
+class AgentSpec(NamedTuple):
+    """Everything the rest of podracer needs to know of an agent.
+
+    - ``name``: the command line's ``--agent`` name;
+    - ``config_cls``: a frozen dataclass, validated in ``__post_init__``; its fields become the
+      ``--agent.FIELD`` flags;
+    - ``make_agent(config, action_spec) -> Agent``;
+    - ``make_optimizer(config, num_updates) -> optax transformation``;
+    - ``default_env``: the environment id used when none is given (Anakin; Sebulba's default is
+      the loop's own);
+    - ``loop_defaults``: ``{loop name: {field: value}}``, loop sizes that suit the agent;
+    - ``search_space``: ``{field: Space}`` of the config fields that may be traced (used only in
+      ``jnp`` / ``optax`` arithmetic): the sweepable fields and a population's hyper-parameters;
+    - ``make_learner(agent, optimizer, config, **layout) -> Learner``: the learner core it
+      trains with (default: epochs of minibatches, :func:`epochs_learner`).
+    """
+
+    name: str
+    config_cls: type
+    make_agent: Callable[[Any, ActionSpec], Agent]
+    make_optimizer: Callable[[Any, int], optax.GradientTransformation]
+    default_env: str = "gymnax:CartPole-v1"
+    loop_defaults: Mapping[str, Mapping[str, Any]] = {}
+    search_space: Mapping[str, Space] = {}
+    make_learner: Callable[..., Learner] = epochs_learner
+
+    def build(self, config: Any, action_spec: ActionSpec, num_updates: int):
+        """``(agent, optimizer)`` for ``config`` and an environment's ``action_spec``."""
+        return self.make_agent(config, action_spec), self.make_optimizer(config, num_updates)
+
+
+AGENTS: dict[str, AgentSpec] = {}
+"""The registered agents by name (built in: ppo, impala, qlambda)."""
+
+
+def register(spec: AgentSpec) -> AgentSpec:
+    """Adds ``spec`` under ``spec.name``; a name already taken by another spec is an error."""
+    if not isinstance(spec, AgentSpec):
+        raise TypeError(f"register takes an AgentSpec, not {type(spec).__name__}")
+    if spec.name in AGENTS and AGENTS[spec.name] is not spec:
+        raise ValueError(f"register: an agent named {spec.name!r} is already registered")
+    AGENTS[spec.name] = spec
+    return spec
+
+
+def load_attribute(path: str, what: str) -> Any:
+    """``module:attribute`` imported (the current directory is searched as well as
+    ``sys.path``); a missing module or attribute is a :class:`ConfigValueError` naming it."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigValueError(f"{what} {path!r} is not allowed: write module:attribute")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not module_name.startswith(error.name):
+            raise  # the module exists; one of its own imports is missing
+        raise ConfigValueError(
+            f"{what} {path!r}: no module named {module_name!r} on sys.path or in the current "
+            "directory"
+        ) from None
+    value = module
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise ConfigValueError(f"{what} {path!r}: module {module_name!r} has no {attribute!r}")
+        value = getattr(value, part)
+    return value
+
+
+def get(name: str) -> AgentSpec:
+    """The spec of a registered agent, or of ``module:attribute`` (an :class:`AgentSpec`, which
+    is registered under its ``module:attribute`` path, so config files can name it)."""
+    if name in AGENTS:
+        return AGENTS[name]
+    if ":" in name:
+        spec = load_attribute(name, "--agent")
+        if not isinstance(spec, AgentSpec):
+            raise ConfigValueError(
+                f"--agent {name!r} is not an AgentSpec but a {type(spec).__name__}: export "
+                "podracer.agents.AgentSpec(...) (docs/agents.md)"
+            )
+        AGENTS[name] = spec._replace(name=name)
+        return AGENTS[name]
+    raise ConfigValueError(
+        f"unknown agent {name!r}: choose one of {', '.join(AGENTS)}, or give module:attribute "
+        "of an AgentSpec"
+    )
+
+
+def spec_of(config: Any) -> AgentSpec:
+    """The registered spec whose config class ``config`` is an instance of (the exact class)."""
+    for spec in AGENTS.values():
+        if type(config) is spec.config_cls:
+            return spec
+    raise ConfigValueError(
+        f"no registered agent takes a config of type {type(config).__name__}: register its "
+        "AgentSpec (podracer.agents.register)"
+    )
+
+
+def num_actions(action_spec: ActionSpec | int, agent: str) -> int:
+    """The number of actions of a discrete ``action_spec`` (an int is taken as it is); a
+    continuous spec is an error naming the agent."""
+    if isinstance(action_spec, int):
+        return action_spec
+    if not isinstance(action_spec, DiscreteActionSpec):
+        raise ConfigError(
+            f"{agent} takes discrete actions, not {action_spec}: choose an environment with "
+            "discrete actions"
+        )
+    return action_spec.num_actions

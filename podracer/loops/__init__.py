@@ -1,0 +1,157 @@
+"""The loops' registry and the one interface every entry point goes through.
+
+A loop is one module that exports a :class:`Loop`; :func:`get` finds it by name
+(``anakin``, ``sebulba``, or one added with :func:`register`). Runs, sweeps, populations and the
+command line only ever do this::
+
+    loop = loops.get(name)
+    recipe = make_recipe(loop, env_id, agent_spec, agent_config, loop_config, ...)  # once
+    system = loop.build(recipe, loop_config, devices=..., members=..., periodic=...)
+    state = system.init(seed)                  # or a checkpoint restored into it
+    result = system.run(state, seed=..., start_update=..., hooks=..., progress=...)
+    evaluate = system.evaluator(seed=..., episodes=..., greedy=...)
+
+and never look inside a system. ``RunResult`` (:mod:`podracer.loops.common`) is the one
+result type.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import numpy as np
+
+from podracer.config import ConfigValueError
+from podracer.loops.common import Members, Periodic, RunHooks, RunResult
+from podracer.loops.layout import LearnerLayout, LearnerLayoutFields, learner_layout
+from podracer.loops.recipe import Recipe, make_recipe
+from podracer.types import EnvSpec
+
+
+class System(Protocol):
+    """A loop's built system: what :class:`Loop.build` returns."""
+
+    recipe: Recipe
+    config: Any
+
+    def init(self, seed: int) -> Any:
+        """The initial state of the run ``seed`` (also the template a checkpoint restores into);
+        a size that does not divide fails here, before anything is written."""
+
+    def run(
+        self,
+        state: Any,
+        *,
+        seed: int,
+        start_update: int = 0,
+        hooks: RunHooks | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> RunResult:
+        """Trains from ``state`` (which holds ``start_update`` updates) to the recipe's
+        ``num_updates``; the summary names the run (env, arch, seed, devices, processes)."""
+
+    def evaluator(
+        self, *, seed: int, episodes: int, greedy: bool
+    ) -> Callable[[Any, int], np.ndarray]:
+        """``evaluate(state, updates) -> returns [members, episodes]`` on fresh environments,
+        with keys of its own (:data:`podracer.seeding.EVAL_SEED_OFFSET`)."""
+
+
+class Loop(NamedTuple):
+    """A training loop, as the registry knows it.
+
+    - ``name``: the ``--arch`` name; ``config_cls``: its frozen config dataclass (``--arch.FIELD``);
+    - ``default_env(agent_spec) -> env id`` when none is given;
+    - ``probe(env_id, config, seed) -> EnvSpec``: the environment's specs (an unknown id fails);
+    - ``steps_per_update(config)``: environment steps per update and member, every process;
+    - ``build(recipe, config, *, devices, members, periodic) -> System``;
+    - ``members_in_one_program``: sweeps and populations run their members as one program
+      (Anakin's vmapped members); otherwise a sweep runs them in turn and a population is refused;
+    - ``with_members(config, n)``: the config that runs ``n`` members.
+    """
+
+    name: str
+    config_cls: type
+    default_env: Callable[[Any], str]
+    probe: Callable[[str, Any, int], EnvSpec]
+    steps_per_update: Callable[[Any], int]
+    build: Callable[..., System]
+    members_in_one_program: bool = False
+    with_members: Callable[[Any, int], Any] | None = None
+
+
+_BUILT_IN = {"anakin": "podracer.anakin", "sebulba": "podracer.sebulba"}
+LOOPS: dict[str, Loop] = {}
+
+
+def register(loop: Loop) -> Loop:
+    """Adds ``loop`` under ``loop.name``."""
+    if loop.name in LOOPS and LOOPS[loop.name] is not loop:
+        raise ValueError(f"register: a loop named {loop.name!r} is already registered")
+    LOOPS[loop.name] = loop
+    return loop
+
+
+def names() -> list[str]:
+    """Every loop name: the built-in ones and the registered ones."""
+    return list(dict.fromkeys([*_BUILT_IN, *LOOPS]))
+
+
+def get(name: str) -> Loop:
+    """The loop called ``name``; an unknown name is an error listing the loops."""
+    if name not in LOOPS and name in _BUILT_IN:
+        register(importlib.import_module(_BUILT_IN[name]).LOOP)
+    if name not in LOOPS:
+        raise ConfigValueError(f"arch={name!r} is not allowed: choose one of {', '.join(names())}")
+    return LOOPS[name]
+
+
+def build(
+    loop: Loop | str,
+    env_id: str,
+    agent_spec,
+    agent_config: Any,
+    config: Any,
+    *,
+    total_timesteps: int,
+    seed: int = 0,
+    devices: Sequence[jax.Device] | None = None,
+    members: Members | None = None,
+    periodic: Periodic | None = None,
+) -> System:
+    """The recipe (:func:`make_recipe`) and the system of ``loop`` in one call."""
+    loop = get(loop) if isinstance(loop, str) else loop
+    recipe = make_recipe(
+        loop,
+        env_id,
+        agent_spec,
+        agent_config,
+        config,
+        total_timesteps=total_timesteps,
+        seed=seed,
+        devices=devices,
+    )
+    return loop.build(recipe, config, devices=devices, members=members, periodic=periodic)
+
+
+__all__ = [
+    "LOOPS",
+    "LearnerLayout",
+    "LearnerLayoutFields",
+    "Loop",
+    "Members",
+    "Periodic",
+    "Recipe",
+    "RunHooks",
+    "RunResult",
+    "System",
+    "build",
+    "get",
+    "learner_layout",
+    "make_recipe",
+    "names",
+    "register",
+]

@@ -1,0 +1,168 @@
+"""What both loops share and both import: the result type, the host hooks, the members and
+periodic work of sweeps and populations, the ``"train"`` record and the run's summary numbers.
+
+Nothing here is jitted; ``podracer.anakin`` and ``podracer.sebulba`` import it, and it imports
+neither.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import numpy as np
+
+from podracer.parallel import fetch
+from podracer.types import Agent
+
+
+class RunResult(NamedTuple):
+    """What a loop's run returns: the summary printed as JSON, the final state, the history."""
+
+    summary: dict[str, Any]
+    state: Any  # the loop's state (Anakin: AnakinState; Sebulba: the LearnerState)
+    history: dict[str, np.ndarray]  # per-update metrics [members, updates run by this call]
+    events: tuple[dict[str, Any], ...] = ()  # the records of Periodic work (leaderboards)
+
+    @property
+    def params(self):
+        """The final params as NumPy (with a leading member axis for Anakin)."""
+        learner = getattr(self.state, "learner", self.state)
+        return jax.device_get(fetch(learner.params))
+
+
+class RunHooks(Protocol):
+    """Host work between updates (checkpoints, evaluation).
+
+    ``interval`` (updates; 0 for none) makes Anakin's calls end at its multiples, so that a hook
+    acting every ``interval`` updates sees exactly those states and a run resumed from one of them
+    calls the same compiled programs as a run that never stopped. Sebulba calls ``after_call``
+    after every update, from its learner thread.
+    """
+
+    interval: int
+
+    def after_call(self, state: Any, updates: int, last: bool) -> None: ...
+
+    def interrupted(self, state: Any, updates: int) -> None: ...
+
+
+class Members(NamedTuple):
+    """Members that differ in hyper-parameters as well as seeds (sweeps, populations).
+
+    ``build(hparams)`` returns ``(agent, optimizer)`` for one member's hyper-parameters (traced
+    scalars, e.g. ``{"lr": ..., "ent_coef": ...}``); ``hparams`` holds their initial values
+    ``[S]``; member ``i`` starts from seed ``seed + seed_offsets[i]``.
+    """
+
+    build: Callable[[dict[str, jax.Array]], tuple[Agent, Any]]
+    hparams: dict[str, np.ndarray]
+    seed_offsets: np.ndarray
+
+
+class Periodic(NamedTuple):
+    """Work on all members together every ``interval`` updates, inside the compiled step
+    (a population's evaluation and tournament, :mod:`podracer.population`).
+
+    - ``init(keys [S]) -> state [S, ...]``: its part of the loop's state (``periodic``);
+    - ``apply(state) -> (state, events)``: jittable, on the *global* state (every member, whatever
+      the mesh); ``events`` is a pytree of arrays for the host;
+    - ``describe(events, updates) -> records``: host side, the log records of one ``apply``.
+
+    The loop makes calls of its step end at multiples of ``interval``, and the step ends with
+    ``apply`` when the update count is one, so ``apply`` sees exactly those states.
+    """
+
+    interval: int
+    init: Callable[[jax.Array], Any]
+    apply: Callable[[Any], tuple[Any, Any]]
+    describe: Callable[[Any, int], list[dict[str, Any]]]
+
+
+def params_checksum(params) -> float:
+    """The sum of every parameter (over every member), in float64: a cheap equivalence check.
+    Members split over processes are gathered first (:func:`podracer.parallel.fetch`)."""
+    return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(fetch(params))))
+
+
+def final_returns(history, steps_per_update: int, total_steps: int, fraction: float = 0.05):
+    """Mean return per member ``[S]`` of the episodes that ended in the last ``fraction`` of the
+    steps (NaN for a member with none)."""
+    num_updates = history["episodes"].shape[1]
+    end_step = steps_per_update * np.arange(1, num_updates + 1)
+    last = end_step > (1.0 - fraction) * total_steps
+    last[-1] = True
+    episodes = history["episodes"][:, last].sum(axis=1)
+    returns = history["return_sum"][:, last].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(episodes > 0, returns / np.maximum(episodes, 1), np.nan)
+
+
+def nanmean_or_none(x) -> float | None:
+    x = np.asarray(x, np.float64)
+    return None if np.all(np.isnan(x)) else float(np.nanmean(x))
+
+
+def summary(
+    history: dict[str, np.ndarray],
+    *,
+    steps_per_update: int,
+    num_updates: int,
+    start_update: int,
+    num_members: int,
+    elapsed: float,
+    compile_s: float,
+    params: Any,
+) -> dict[str, Any]:
+    """The summary numbers every run reports (the final JSON line's common part)."""
+    run_steps = (num_updates - start_update) * steps_per_update
+    per_member = final_returns(history, steps_per_update, run_steps)
+    return {
+        "total_steps": num_updates * steps_per_update,
+        "num_seeds": num_members,
+        "num_updates": num_updates,
+        "start_update": start_update,
+        "sps": run_steps * num_members / elapsed,
+        "compile_s": compile_s,
+        "run_s": elapsed,
+        "final_return": nanmean_or_none(per_member),
+        "final_return_per_seed": [None if np.isnan(r) else float(r) for r in per_member],
+        "params_checksum": params_checksum(params),
+    }
+
+
+def train_record(
+    *,
+    updates: int,
+    num_updates: int,
+    start_update: int,
+    steps_per_update: int,
+    num_members: int,
+    start: float,
+    returns: np.ndarray,
+    episodes: np.ndarray,
+    metrics: dict[str, float],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The ``"train"`` record (:mod:`podracer.logging`, ``docs/metrics.md``): ``returns`` and
+    ``episodes`` ``[members]`` are the sums over the episodes the record covers; ``metrics`` the
+    learner's (means); ``extra`` the loop's own fields."""
+    elapsed = time.perf_counter() - start
+    total = episodes.sum()
+    return {
+        "kind": "train",
+        "step": updates * steps_per_update,
+        "updates": updates,
+        "fraction": updates / num_updates,
+        "sps": (updates - start_update) * steps_per_update * num_members / max(elapsed, 1e-9),
+        "elapsed_s": elapsed,
+        "episode_return": float(returns.sum() / total) if total else None,
+        "episode_returns": [
+            float(r / n) if n else None for r, n in zip(returns, episodes, strict=True)
+        ],
+        "episodes": int(total),
+        **extra,
+        **metrics,
+    }

@@ -1,0 +1,95 @@
+"""The recipe: a run assembled once, from an environment id, an agent config, the run's length
+and the loop's config.
+
+The environment is probed once (its :class:`~podracer.types.EnvSpec`), the agent and its
+optimizer are built once, the update counts computed once and the learner's layout chosen once
+for the backend; every loop, sweep and population reads them from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import optax
+
+from podracer.agents.spec import AgentSpec
+from podracer.loops.layout import LearnerLayout, learner_layout
+from podracer.types import Agent, EnvSpec, Learner
+
+
+class Recipe(NamedTuple):
+    """What every loop builds a system from."""
+
+    env_id: str
+    env_spec: EnvSpec  # one observation's spec and the action spec, probed once
+    agent_spec: AgentSpec
+    agent_config: Any
+    agent: Agent
+    optimizer: optax.GradientTransformation
+    total_timesteps: int  # steps per member, as asked
+    steps_per_update: int  # environment steps per update, per member, every process together
+    num_updates: int  # max(1, total_timesteps // steps_per_update)
+    layout: LearnerLayout
+
+    def member(self, hparams: dict[str, Any]) -> tuple[Agent, optax.GradientTransformation]:
+        """``(agent, optimizer)`` of a member whose hyper-parameters ``hparams`` (traced scalars
+        in a sweep or a population) replace the config's."""
+        config = dataclasses.replace(self.agent_config, **hparams)  # traced values skip checks
+        return self.agent_spec.build(config, self.env_spec.action, self.num_updates)
+
+    def learner(
+        self,
+        agent: Agent | None = None,
+        optimizer: optax.GradientTransformation | None = None,
+        *,
+        axis_name: str | None = None,
+    ) -> Learner:
+        """The agent's learner core (its spec's ``make_learner``) in this recipe's layout;
+        ``agent`` and ``optimizer`` default to the recipe's (a member passes its own)."""
+        return self.agent_spec.make_learner(
+            self.agent if agent is None else agent,
+            self.optimizer if optimizer is None else optimizer,
+            self.agent_config,
+            axis_name=axis_name,
+            **self.layout._asdict(),
+        )
+
+    def example_obs(self):
+        """One zero observation of the environment's shape and dtype (NumPy)."""
+        import numpy as np
+
+        spec = self.env_spec.observation
+        return np.zeros(spec.shape, spec.dtype)
+
+
+def make_recipe(
+    loop,
+    env_id: str,
+    agent_spec: AgentSpec,
+    agent_config: Any,
+    loop_config: Any,
+    *,
+    total_timesteps: int,
+    seed: int = 0,
+    devices: Sequence[jax.Device] | None = None,
+) -> Recipe:
+    """The :class:`Recipe` of a run on ``loop`` (a :class:`~podracer.loops.Loop`)."""
+    env_spec = loop.probe(env_id, loop_config, seed)
+    steps_per_update = loop.steps_per_update(loop_config)
+    num_updates = max(1, total_timesteps // steps_per_update)
+    agent, optimizer = agent_spec.build(agent_config, env_spec.action, num_updates)
+    return Recipe(
+        env_id=env_id,
+        env_spec=env_spec,
+        agent_spec=agent_spec,
+        agent_config=agent_config,
+        agent=agent,
+        optimizer=optimizer,
+        total_timesteps=total_timesteps,
+        steps_per_update=steps_per_update,
+        num_updates=num_updates,
+        layout=learner_layout(agent_config, loop_config, devices),
+    )
