@@ -1,12 +1,19 @@
-"""A new agent in one file: advantage actor-critic (A2C), registered as ``--agent a2c``.
+"""A new agent in one file: advantage actor-critic (A2C), trained by its import path.
 
-    python examples/a2c_agent.py                       # A2C on CartPole with Anakin
-    python examples/a2c_agent.py --total-timesteps 300000 --num-seeds 4
+    cd examples
+    podracer train --agent a2c_agent:SPEC                       # Anakin, CartPole
+    podracer train --agent a2c_agent:SPEC --agent.lr 3e-3 --arch.num-seeds 4
+    podracer train --agent a2c_agent:SPEC --arch sebulba        # envpool CartPole
+    podracer sweep --agent a2c_agent:SPEC --seeds 2 --sweep.lr 1e-3,3e-3
+    podracer train --agent a2c_agent:SPEC --population 8 --population.hparams lr
+    python a2c_agent.py                                         # the same from Python
 
 The walk-through is ``docs/agents.md``. Everything an agent is: a frozen config validated in
-``__post_init__``, ``make_agent(config, num_actions) -> Agent`` (``init``, ``act``, ``prepare``,
-``loss``: pure functions, params explicit) and ``make_optimizer(config, num_updates)``. Both loops
-and the population run it unchanged through the one learner core (``make_learner``).
+``__post_init__``, ``make_agent(config, action_spec) -> Agent`` (``init``, ``act``, ``prepare``,
+``loss``: pure functions, params explicit), ``make_optimizer(config, num_updates)``, and one
+``AgentSpec`` that names them (``SPEC`` below). Both loops, sweeps and populations run it
+unchanged through the one learner core (``make_learner``); its config fields become
+``--agent.FIELD`` flags.
 
 Mnih et al., 2016, "Asynchronous methods for deep reinforcement learning",
 https://arxiv.org/abs/1602.01783 (the synchronous variant).
@@ -16,20 +23,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from podracer import agents
+from podracer.agents import AgentSpec, Space
 from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import make_categorical_act, select
+from podracer.agents.spec import num_actions
 from podracer.config import check_layer_sizes, check_positive, check_range
 from podracer.core.returns import gae
 from podracer.networks import ActorCritic
-from podracer.types import Agent, Trajectory
+from podracer.types import ActionSpec, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,21 +81,29 @@ class A2CBatch(NamedTuple):
     target: jax.Array  # the value target: advantage + v(obs)
 
 
-def make_agent(config: A2CConfig, num_actions: int) -> Agent:
-    """A2C as an :class:`~podracer.types.Agent` for ``num_actions`` discrete actions."""
-    network = ActorCritic(num_actions=num_actions, hidden_sizes=tuple(config.hidden_sizes))
+def make_agent(config: A2CConfig, action_spec: ActionSpec | int) -> Agent:
+    """A2C as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    network = ActorCritic(
+        num_actions=num_actions(action_spec, "a2c"), hidden_sizes=tuple(config.hidden_sizes)
+    )
 
     def init(key, example_obs):
         return network.init(key, example_obs[None])
 
-    def prepare(params, traj: Trajectory, mean_fn):
+    def values(params, obs):
+        num_steps, num_envs = obs.shape[:2]
+        flat = obs.reshape(num_steps * num_envs, *obs.shape[2:])
+        return network.apply(params, flat, method=ActorCritic.value).reshape(num_steps, num_envs)
+
+    def prepare(params, agent_state, traj: Trajectory, mean_fn):
         # Targets once per update, from the time-major trajectory [T, B]: the value of
         # bootstrap_obs[t] bootstraps step t (inside an episode, at a truncation, at t = T - 1).
-        del mean_fn  # no batch statistics here
+        # Both values come from the params being learnt: the actors' (traj.behaviour.value) may
+        # lag them by several updates in Sebulba.
+        del agent_state, mean_fn  # no state of its own, no batch statistics
         num_steps, num_envs = traj.reward.shape
-        flat = traj.bootstrap_obs.reshape(num_steps * num_envs, *traj.obs.shape[2:])
-        v_t = network.apply(params, flat, method=ActorCritic.value).reshape(num_steps, num_envs)
-        v_tm1 = traj.behaviour.value
+        v_t = values(params, traj.bootstrap_obs)
+        v_tm1 = values(params, traj.obs)
         advantage = gae(
             traj.reward,
             v_tm1,
@@ -121,17 +136,32 @@ def make_optimizer(config: A2CConfig, num_updates: int) -> optax.GradientTransfo
     return clipped_adam(config.lr, config.max_grad_norm)
 
 
-# Registered under a command-line name: `podracer.agents.build` and the CLI find it there.
-agents.AGENTS.setdefault(
-    "a2c", agents.AgentEntry(A2CConfig, sys.modules[__name__], "gymnax:CartPole-v1", {})
+SPEC = AgentSpec(
+    name="a2c",
+    config_cls=A2CConfig,
+    make_agent=make_agent,
+    make_optimizer=make_optimizer,
+    default_env="gymnax:CartPole-v1",
+    loop_defaults={"anakin": {"num_envs": 16, "rollout_len": 16}},
+    # The fields sweeps and populations may trace, and where a population may take them.
+    search_space={
+        "lr": Space(1e-5, 1e-1, log=True),
+        "gamma": Space(0.8, 0.9999),
+        "gae_lambda": Space(0.5, 1.0),
+        "ent_coef": Space(0.0, 0.2),
+        "vf_coef": Space(0.05, 2.0, log=True),
+    },
 )
 
 
 def main() -> None:
     import tyro
 
+    from podracer import agents
     from podracer.anakin import AnakinConfig, train
     from podracer.logging import ConsoleProgress
+
+    agents.register(SPEC)  # podracer.agents.build finds it by its config class
 
     @dataclasses.dataclass(frozen=True)
     class Args:

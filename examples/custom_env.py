@@ -1,6 +1,12 @@
-"""A JAX environment of your own, registered as ``corridor`` and trained with PPO on Anakin.
+"""A JAX environment of your own, trained by its import path (or registered as ``corridor``).
 
-    python examples/custom_env.py
+    cd examples
+    podracer train --agent ppo --env custom_env:Corridor            # Anakin
+    podracer train --agent ppo --env custom_env:Corridor --arch sebulba  # on the host
+    python custom_env.py                                            # the same from Python
+
+``--env module:attribute`` names a class or a function that returns the environment; the
+``Corridor(length, max_steps)`` keywords are its options in Python (``envs.make(id, **kwargs)``).
 
 The walk-through is ``docs/environments.md``. The agent starts at the left end of a corridor of
 ``length`` cells and moves left (action 0) or right (action 1); reaching the right end ends the

@@ -83,6 +83,7 @@ def test_ppo_learns_the_registered_corridor(load):
 @pytest.mark.slow
 def test_a2c_in_one_file_learns_with_anakin_and_runs_with_sebulba(two_devices, load):
     a2c = load("a2c_agent")
+    agents.register(a2c.SPEC)
     from podracer import sebulba
     from podracer.sebulba import SebulbaConfig
 

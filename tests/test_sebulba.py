@@ -84,6 +84,36 @@ def test_anakin_rollout_equals_sebulba_actor():
     assert stats.episodes == int((anakin_traj.terminated | anakin_traj.truncated).sum())
 
 
+def test_anakin_rollout_equals_sebulba_actor_for_a_stateful_agent():
+    from test_contracts import counting_agent, steps_since_start
+
+    env = Walk()
+    agent = counting_agent(num_actions=2)
+    params = agent.init(jax.random.key(0), jnp.zeros(5))
+    num_envs, T = 3, 20
+    key = jax.random.key(42)
+    rollout = make_rollout(env, agent, T)
+    state = reset_envs(
+        env, jax.random.split(jax.random.key(1), num_envs), None, agent.initial_actor_state
+    )
+    _, anakin_traj, _ = jax.jit(rollout)(params, state, None, key)
+
+    host_env = JaxHostEnvironment(env, num_envs)
+    carry = HostCarry(host_env.reset(), agent.initial_actor_state(num_envs))
+    act = make_act(agent)
+    carry, first, _ = host_rollout(host_env, act, params, carry, rollout_keys(key, T))
+    for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(first), strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=1e-6)
+    done = np.asarray(first.terminated | first.truncated)
+    assert done.any()
+    np.testing.assert_array_equal(first.actor_state, steps_since_start(done))
+    # the actor carries its state into the next rollout, reset where an episode starts
+    _, second, _ = host_rollout(host_env, act, params, carry, rollout_keys(key, T))
+    np.testing.assert_array_equal(
+        second.actor_state[0], np.where(done[-1], 0, first.actor_state[-1] + 1)
+    )
+
+
 def small(deterministic=True, **kwargs):
     return SebulbaConfig(
         actor_device_ids=(0,),
