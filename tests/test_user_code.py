@@ -138,8 +138,11 @@ def user_dir(tmp_path_factory):
 def podracer(cwd, *args, timeout=240):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHONPATH"] = ""  # the module is found in the current directory, not on PYTHONPATH
+    quiet = [] if args[0] == "eval" else ["--quiet"]
+    if args[0] in ("train", "sweep") and "--resume" not in args:
+        quiet.append("--no-tensorboard")
     proc = subprocess.run(
-        [sys.executable, "-m", "podracer.cli", *args, "--quiet", "--no-tensorboard"],
+        [sys.executable, "-m", "podracer.cli", *args, *quiet],
         cwd=cwd,
         env=env,
         capture_output=True,
