@@ -57,6 +57,28 @@ def _abstract(tree):
     return jax.tree.map(leaf, to_raw(tree))
 
 
+def _by_name(saved, abstract):
+    """The leaves of ``saved`` (a checkpoint restored as nested dicts and lists) found by the
+    names on the paths of ``abstract``'s leaves, shaped and placed like them; a leaf that is
+    missing or of another shape raises ``ValueError``."""
+
+    def find(path, spec):
+        node = saved
+        for key in path:
+            if isinstance(key, jax.tree_util.SequenceKey):
+                node = node[key.idx]
+            else:
+                node = node[getattr(key, "name", getattr(key, "key", None))]
+        value = np.asarray(node, spec.dtype)
+        if value.shape != spec.shape:
+            raise ValueError(f"{jax.tree_util.keystr(path)}: saved {value.shape}, not {spec.shape}")
+        if spec.sharding is None:
+            return value
+        return jax.make_array_from_callback(spec.shape, spec.sharding, lambda index: value[index])
+
+    return jax.tree_util.tree_map_with_path(find, abstract)
+
+
 def _best(returns: dict[int, float], steps) -> int | None:
     """The step of the largest return among ``steps`` (the latest of equal ones)."""
     known = [step for step in steps if step in returns]
@@ -158,13 +180,27 @@ class Checkpointer:
                 f"no checkpoint of step {step} in {self.directory}: the steps saved are {steps}"
             )
         try:
-            restored = self._manager.restore(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(_abstract(template)),
-                    meta=ocp.args.JsonRestore(),
-                ),
-            )
+            try:
+                restored = self._manager.restore(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(_abstract(template)),
+                        meta=ocp.args.JsonRestore(),
+                    ),
+                )
+                state = restored.state
+            except ValueError as mismatch:
+                if "tree structures do not match" not in str(mismatch):
+                    raise
+                # Saved before a container of the state gained an empty field (the agent's
+                # slot, the actor state): the same leaves under the same names.
+                restored = self._manager.restore(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
+                    ),
+                )
+                state = _by_name(restored.state, _abstract(template))
         except Exception as error:  # orbax raises many kinds for a damaged directory
             earlier = [s for s in steps if s < step]
             hint = (
@@ -177,7 +213,7 @@ class Checkpointer:
                 f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
                 f"{hint}"
             ) from error
-        return from_raw(restored.state, template), dict(restored.meta)
+        return from_raw(state, template), dict(restored.meta)
 
     def close(self) -> None:
         self._manager.close()

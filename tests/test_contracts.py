@@ -201,3 +201,24 @@ def test_host_environments_implement_one_protocol():
     finally:
         for env in [*made, async_env]:
             env.close()
+
+
+def test_a_checkpoint_saved_before_the_agent_slot_restores(tmp_path):
+    """Run directories of the first release hold LearnerStates without ``agent_state``."""
+    spec = agents.get("ppo")
+    agent, optimizer = spec.build(spec.config_cls(), 2, 10)
+    learner = make_learner(agent, optimizer, num_epochs=1, num_minibatches=1)
+    state = learner.init(jax.random.key(3), jnp.zeros(4))
+    old = {  # what the first release saved: the four fields, by name
+        "params": state.params,
+        "opt_state": state.opt_state,
+        "key": jax.random.key_data(state.key),
+        "update_count": state.update_count,
+    }
+    with Checkpointer(str(tmp_path), keep=1) as checkpointer:
+        checkpointer.save(7, old, {"updates": 7, "step": 0})
+        restored, meta = checkpointer.restore(learner.init(jax.random.key(4), jnp.zeros(4)))
+    assert meta["updates"] == 7 and restored.agent_state == ()
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(restored.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(jax.random.key_data(restored.key), old["key"])
