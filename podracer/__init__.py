@@ -1,0 +1,124 @@
+"""podracer: scalable reinforcement learning in JAX on the two Podracer architectures.
+
+The names a researcher imports::
+
+    import podracer
+    result = podracer.train("gymnax:CartPole-v1", podracer.PPOConfig(), podracer.AnakinConfig(),
+                            total_timesteps=500_000)
+
+- training: :func:`train` (either loop, by the type of its config), :class:`AnakinConfig`,
+  :class:`SebulbaConfig`, :class:`RunResult`;
+- agents: :class:`PPOConfig`, :class:`IMPALAConfig`, :class:`QLambdaConfig`, the registry
+  (:data:`AGENTS`, :func:`register_agent`, :func:`get_agent`) and :class:`AgentSpec`;
+- environments: :func:`make_env`, :func:`register_env`;
+- loops: :mod:`podracer.loops` (``Recipe``, ``Loop``, the registry);
+- the core: :func:`make_learner`, :func:`gae`, :func:`vtrace` and the contracts of
+  :mod:`podracer.types`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podracer import loops
+from podracer.agents import (
+    AGENTS,
+    AgentSpec,
+    IMPALAConfig,
+    PPOConfig,
+    QLambdaConfig,
+    Space,
+)
+from podracer.agents import get as get_agent
+from podracer.agents import register as register_agent
+from podracer.anakin import AnakinConfig
+from podracer.core import gae, make_learner, make_rollout
+from podracer.core.returns import vtrace
+from podracer.envs import make as make_env
+from podracer.envs import register as register_env
+from podracer.loops import Recipe, RunResult
+from podracer.sebulba import SebulbaConfig
+from podracer.types import (
+    ActorOutput,
+    Agent,
+    BoundedActionSpec,
+    DiscreteActionSpec,
+    Environment,
+    EnvSpec,
+    HostEnvironment,
+    Learner,
+    LearnerState,
+    ObservationSpec,
+    TimeStep,
+    Trajectory,
+)
+
+
+def train(
+    env_id: str,
+    agent_config: Any,
+    loop_config: Any,
+    *,
+    seed: int = 0,
+    total_timesteps: int,
+    devices=None,
+    progress=None,
+) -> RunResult:
+    """Trains a registered agent's config on the loop whose config ``loop_config`` is (an
+    :class:`AnakinConfig` or a :class:`SebulbaConfig`), without a run directory
+    (:func:`podracer.runs.train` keeps one). ``progress`` receives the ``"train"`` records."""
+    loop = next(
+        (loops.get(n) for n in loops.names() if loops.get(n).config_cls is type(loop_config)),
+        None,
+    )
+    if loop is None:
+        raise TypeError(f"no registered loop takes a config of type {type(loop_config).__name__}")
+    from podracer.agents import spec_of
+
+    system = loops.build(
+        loop,
+        env_id,
+        spec_of(agent_config),
+        agent_config,
+        loop_config,
+        total_timesteps=total_timesteps,
+        seed=seed,
+        devices=devices,
+    )
+    return system.run(system.init(seed), seed=seed, progress=progress)
+
+
+__all__ = [
+    "AGENTS",
+    "ActorOutput",
+    "Agent",
+    "AgentSpec",
+    "AnakinConfig",
+    "BoundedActionSpec",
+    "DiscreteActionSpec",
+    "EnvSpec",
+    "Environment",
+    "HostEnvironment",
+    "IMPALAConfig",
+    "Learner",
+    "LearnerState",
+    "ObservationSpec",
+    "PPOConfig",
+    "QLambdaConfig",
+    "Recipe",
+    "RunResult",
+    "SebulbaConfig",
+    "Space",
+    "TimeStep",
+    "Trajectory",
+    "gae",
+    "get_agent",
+    "loops",
+    "make_env",
+    "make_learner",
+    "make_rollout",
+    "register_agent",
+    "register_env",
+    "train",
+    "vtrace",
+]

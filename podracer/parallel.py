@@ -23,7 +23,6 @@ from typing import Any
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from podracer.config import ConfigError, ConfigValueError
 
@@ -98,15 +97,6 @@ def fetch(tree):
     return jax.tree.map(one, tree)
 
 
-def replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, P())
-
-
-def sharded(mesh: Mesh, axis: int) -> NamedSharding:
-    """Split along array axis ``axis`` over DATA_AXIS, replicated elsewhere."""
-    return NamedSharding(mesh, P(*([None] * axis), DATA_AXIS))
-
-
 def devices_by_local_ids(local_ids: Sequence[int]) -> list[jax.Device]:
     """The devices with local index ``local_ids`` on every process, process by process.
 
@@ -149,18 +139,6 @@ def is_main_process() -> bool:
     """True on process 0: the one that prints progress and writes logs (checkpoints are written
     by every process: orbax's save is collective)."""
     return jax.process_index() == 0
-
-
-def process_seed(seed: int, process_id: int | None = None) -> int:
-    """A seed for host-side randomness of process ``process_id`` (default: this process),
-    derived from the one run seed: distinct per process, the same on every run.
-
-    Device randomness needs none: Anakin folds the device's mesh index into its keys, and
-    Sebulba numbers actors globally (actor ``i`` of process ``p`` is actor ``p * A + i``).
-    """
-    process_id = jax.process_index() if process_id is None else process_id
-    sequence = np.random.SeedSequence(entropy=seed, spawn_key=(process_id,))
-    return int(sequence.generate_state(1, np.uint32)[0])
 
 
 # --- the distributed runtime (host side) -----------------------------------------------------

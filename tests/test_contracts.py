@@ -100,9 +100,7 @@ def test_actor_state_is_reset_where_episodes_start_and_recorded():
     # the carry holds the state after the last act; the next rollout resets it where needed
     np.testing.assert_array_equal(state.actor_state, expected[-1] + 1)
     _, again, _ = rollout(params, state, env.default_params, jax.random.key(3))
-    np.testing.assert_array_equal(
-        again.actor_state[0], np.where(done[-1], 0, expected[-1] + 1)
-    )
+    np.testing.assert_array_equal(again.actor_state[0], np.where(done[-1], 0, expected[-1] + 1))
 
 
 def learner_and_traj(agent):

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from podracer import envs
+from podracer import agents, envs
 from podracer.anakin import AnakinConfig, train
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"

@@ -14,14 +14,14 @@ from podracer.agents import IMPALAConfig, PPOConfig, QLambdaConfig, build
 from podracer.anakin import AnakinConfig
 from podracer.config import ConfigError
 from podracer.core import make_learner, make_rollout, reset_envs
-from podracer.core.learner import choose_execution
+from podracer.loops.layout import learner_layout as choose_execution
 from podracer.parallel import DATA_AXIS, data_mesh
 
 
 def collect(env_id, agent, num_envs, rollout_len, seed=0):
     env = envs.make(env_id)
     params = agent.init(jax.random.key(seed), jnp.zeros(env.observation_spec.shape))
-    rollout = make_rollout(env, agent.act, rollout_len)
+    rollout = make_rollout(env, agent, rollout_len)
     state = reset_envs(
         env, jax.random.split(jax.random.key(seed + 1), num_envs), env.default_params
     )
@@ -90,14 +90,65 @@ def test_two_devices_equal_one_device(agent_name, one_device, two_devices):
 
 
 def test_ppo_advantage_normalisation_uses_the_whole_batch(one_device, two_devices):
-    # Without the cross-device statistics, two halves normalised apart would differ.
-    cfg = PPOConfig(num_epochs=1, num_minibatches=1, anneal_lr=False, lr=1e-2)
-    agent, _ = build(cfg, 2, num_updates=1)
-    _, traj = collect("gymnax:CartPole-v1", agent, num_envs=8, rollout_len=32)
-    params = agent.init(jax.random.key(7), traj.obs[0, 0])
-    batch = agent.prepare(params, traj, jnp.mean)
-    np.testing.assert_allclose(jnp.mean(batch.advantage), 0.0, atol=1e-5)
-    np.testing.assert_allclose(jnp.std(batch.advantage), 1.0, rtol=1e-3)
+    """PPO's prepare under shard_map on 2 devices, the trajectory split along B and mean_fn a
+    pmean over the axis (as make_learner builds it), gives what prepare gives on 1 device over
+    the whole batch: advantages normalised by the whole batch's statistics, not each half's."""
+    from podracer.types import Trajectory
+
+    num_steps, num_envs = 8, 4
+    keys = jax.random.split(jax.random.key(0), 5)
+    observations = jax.random.normal(keys[0], (num_steps + 1, num_envs, 4))
+    # The second half of the environments earns more: each half's mean is not the batch's.
+    reward = jax.random.normal(keys[1], (num_steps, num_envs)) + jnp.array([0.0, 0.0, 2.0, 2.0])
+    terminated = jax.random.bernoulli(keys[2], 0.1, (num_steps, num_envs))
+    truncated = ~terminated & jax.random.bernoulli(keys[3], 0.1, (num_steps, num_envs))
+    agent, raw_agent = (
+        build(PPOConfig(hidden_sizes=(16,), normalize_advantages=normalize), 2, 1)[0]
+        for normalize in (True, False)
+    )
+    params = agent.init(jax.random.key(7), observations[0, 0])
+    _, behaviour = jax.vmap(lambda o, k: agent.act(params, (), o, k))(
+        observations[:-1], jax.random.split(keys[4], num_steps)
+    )
+    traj = Trajectory(observations[:-1], reward, terminated, truncated, observations[1:], behaviour)
+
+    def by_step(batch):  # [T * B_local, ...] -> [T, B_local, ...]
+        return jax.tree.map(lambda x: x.reshape(num_steps, -1, *x.shape[1:]), batch)
+
+    def per_device(params, traj):
+        def mean_fn(x):
+            return jax.lax.pmean(jnp.mean(x), DATA_AXIS)
+
+        return by_step(agent.prepare(params, (), traj, mean_fn))
+
+    def on(devices):
+        return jax.jit(
+            jax.shard_map(
+                per_device,
+                mesh=jax.sharding.Mesh(np.asarray(devices), (DATA_AXIS,)),
+                in_specs=(P(), P(None, DATA_AXIS)),
+                out_specs=P(None, DATA_AXIS),
+            )
+        )(params, traj)
+
+    one, two = on(one_device), on(two_devices)
+    plain = by_step(agent.prepare(params, (), traj, jnp.mean))  # no mesh at all
+    assert two.advantage.shape == (num_steps, num_envs)
+    for name in ("advantage", "target"):
+        for whole in (one, plain):
+            np.testing.assert_allclose(
+                getattr(two, name), getattr(whole, name), rtol=1e-5, atol=1e-5, err_msg=name
+            )
+    # The whole batch's normalisation, recomputed in NumPy from the raw advantages ...
+    raw = np.asarray(raw_agent.prepare(params, (), traj, jnp.mean).advantage, np.float64)
+    raw = raw.reshape(num_steps, num_envs)
+    expected = (raw - raw.mean()) / (raw.std() + 1e-8)
+    np.testing.assert_allclose(two.advantage, expected, rtol=1e-4, atol=1e-5)
+    # ... is not each half's: two halves normalised apart would give other advantages.
+    apart = np.concatenate(
+        [(h - h.mean()) / (h.std() + 1e-8) for h in (raw[:, :2], raw[:, 2:])], axis=1
+    )
+    assert np.max(np.abs(apart - expected)) > 0.1
 
 
 def test_params_identical_on_every_device_with_epochs_and_minibatches(two_devices):
