@@ -54,38 +54,11 @@ from podracer.types import (
 )
 
 
-def train(
-    env_id: str,
-    agent_config: Any,
-    loop_config: Any,
-    *,
-    seed: int = 0,
-    total_timesteps: int,
-    devices=None,
-    progress=None,
-) -> RunResult:
+def train(env_id: str, agent_config: Any, loop_config: Any, **kwargs: Any) -> RunResult:
     """Trains a registered agent's config on the loop whose config ``loop_config`` is (an
-    :class:`AnakinConfig` or a :class:`SebulbaConfig`), without a run directory
-    (:func:`podracer.runs.train` keeps one). ``progress`` receives the ``"train"`` records."""
-    loop = next(
-        (loops.get(n) for n in loops.names() if loops.get(n).config_cls is type(loop_config)),
-        None,
-    )
-    if loop is None:
-        raise TypeError(f"no registered loop takes a config of type {type(loop_config).__name__}")
-    from podracer.agents import spec_of
-
-    system = loops.build(
-        loop,
-        env_id,
-        spec_of(agent_config),
-        agent_config,
-        loop_config,
-        total_timesteps=total_timesteps,
-        seed=seed,
-        devices=devices,
-    )
-    return system.run(system.init(seed), seed=seed, progress=progress)
+    :class:`AnakinConfig` or a :class:`SebulbaConfig`): :func:`podracer.loops.train`, whose
+    keywords (``seed``, ``total_timesteps``, ``devices``, ``progress``, ...) it takes."""
+    return loops.train(loops.for_config(loop_config), env_id, agent_config, loop_config, **kwargs)
 
 
 __all__ = [

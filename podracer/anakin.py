@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from podracer import envs, seeding
+from podracer import envs, loops, seeding
 from podracer.config import ConfigError, ConfigValueError, check_choice, check_positive
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
@@ -538,9 +538,12 @@ def build_system(
     devices: Sequence[jax.Device] | None = None,
     members: Members | None = None,
     periodic: Periodic | None = None,
+    env_params: Any = None,
 ) -> Anakin:
     """:attr:`Loop.build` of Anakin: :func:`make_anakin` of the recipe."""
-    return make_anakin(recipe, config, devices=devices, members=members, periodic=periodic)
+    return make_anakin(
+        recipe, config, devices=devices, members=members, periodic=periodic, env_params=env_params
+    )
 
 
 LOOP = Loop(
@@ -565,7 +568,7 @@ def build(
 ) -> Anakin:
     """The Anakin system for an environment id and a registered agent's config
     (:mod:`podracer.agents`); ``total_timesteps`` sets the length of learning-rate schedules."""
-    from podracer import agents, loops
+    from podracer import agents
 
     return loops.build(
         LOOP,
@@ -578,22 +581,9 @@ def build(
     )
 
 
-def train(
-    env_id: str,
-    agent_config: Any,
-    config: AnakinConfig,
-    *,
-    seed: int = 0,
-    total_timesteps: int,
-    devices: Sequence[jax.Device] | None = None,
-    progress: Callable[[dict[str, Any]], None] | None = None,
-    state: AnakinState | None = None,
-    start_update: int = 0,
-    hooks: RunHooks | None = None,
-) -> RunResult:
-    """Builds the system (:func:`build`) and runs it for ``total_timesteps`` steps per seed."""
-    system = build(env_id, agent_config, config, total_timesteps=total_timesteps, devices=devices)
-    return system.run(state, seed=seed, start_update=start_update, hooks=hooks, progress=progress)
+train = functools.partial(loops.train, LOOP)
+"""``train(env_id, agent_config, config, *, seed, total_timesteps, devices, progress, state,
+start_update, hooks)``: :func:`podracer.loops.train` on Anakin."""
 
 
 __all__ = [

@@ -282,6 +282,25 @@ def parse_train_args(argv: Sequence[str]):
     return selectors, parsed.agent, arch_config
 
 
+def run_spec(argv: Sequence[str]):
+    """``(RunSpec, selectors)`` of a ``podracer train`` (or ``sweep``) command line."""
+    from podracer.runs import RunSpec
+
+    selectors, agent_config, arch_config = parse_train_args(argv)
+    spec = RunSpec(
+        arch=selectors.arch,
+        agent=selectors.agent,
+        env=selectors.env,
+        seed=selectors.seed,
+        total_timesteps=selectors.total_timesteps,
+        agent_config=agent_config,
+        arch_config=arch_config,
+        options=selectors.options,
+        population=selectors.population_config,
+    )
+    return spec, selectors
+
+
 def _parse_bool(text: str) -> bool:
     if text not in ("True", "False"):
         raise ValueError(text)
@@ -411,18 +430,7 @@ def train(argv: Sequence[str]) -> dict:
             runs.save_spec(run_dir, spec)  # the run's new length
         resume = True
     else:
-        selectors, agent_config, arch_config = parse_train_args(argv)
-        spec = runs.RunSpec(
-            arch=selectors.arch,
-            agent=selectors.agent,
-            env=selectors.env,
-            seed=selectors.seed,
-            total_timesteps=selectors.total_timesteps,
-            agent_config=agent_config,
-            arch_config=arch_config,
-            options=selectors.options,
-            population=selectors.population_config,
-        )
+        spec, selectors = run_spec(argv)
         run_dir = selectors.run_dir or runs.default_run_dir(spec)
         resume = False
     try:
@@ -498,25 +506,15 @@ def sweep(argv: Sequence[str]) -> list[dict]:
             raise CLIError("--seeds needs an integer, e.g. --seeds 4") from error
         rest = rest[:i] + rest[i + 2 :]
     grid = sweeps.Grid(values=values, seeds=seeds)
-    selectors, agent_config, arch_config = parse_train_args(rest)
-    if selectors.population_config is not None:
+    spec, selectors = run_spec(rest)
+    if spec.population is not None:
         raise CLIError("--population is not allowed in a sweep: use podracer train --population")
     if selectors.resume or selectors.resume_step is not None:
         raise CLIError(
             "--resume is not allowed in a sweep: a sweep always starts afresh; resume one of "
             "its runs with podracer train --resume DIR"
         )
-    sweeps.check_grid(agents.get(selectors.agent), agent_config, grid)
-    spec = runs.RunSpec(
-        arch=selectors.arch,
-        agent=selectors.agent,
-        env=selectors.env,
-        seed=selectors.seed,
-        total_timesteps=selectors.total_timesteps,
-        agent_config=agent_config,
-        arch_config=arch_config,
-        options=selectors.options,
-    )
+    sweeps.check_grid(agents.get(spec.agent), spec.agent_config, grid)
     run_dir = selectors.run_dir or runs.default_run_dir(spec, kind="sweep")
     combos = sweeps.run_sweep(spec, grid, run_dir, console=not selectors.quiet)
     columns = [*grid.values, "n", "mean", "median", "iqm", "iqm_ci_low", "iqm_ci_high"]

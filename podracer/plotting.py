@@ -1,8 +1,9 @@
 """Learning curves over seeds and members, and benchmark plots (host side, matplotlib Agg).
 
 ``podracer plot RUN_DIR... --out curves.png`` draws the mean over every member of the runs with a
-shaded 95% bootstrap confidence interval (:mod:`podracer.stats`); ``--members`` draws one line
-per member of one run; ``--benchmark`` plots the JSON lines of ``benchmarks/*.py``.
+shaded 95% bootstrap confidence interval (:mod:`podracer.stats`); a sweep's run directory
+(``results.json``) is drawn as one curve per sweep point, over its seeds; ``--members`` draws one
+line per member of one run; ``--benchmark`` plots the JSON lines of ``benchmarks/*.py``.
 
 The run directory format
 ------------------------
@@ -53,7 +54,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from podracer.rundir import CONFIG_FILE, LEADERBOARD_FILE, METRICS_FILE
+from podracer.rundir import CONFIG_FILE, LEADERBOARD_FILE, METRICS_FILE, RESULTS_FILE
 from podracer.stats import bootstrap_ci
 
 KINDS = ("train", "eval")
@@ -286,8 +287,12 @@ def plot_runs(
     _check_kind(kind)
     metric = metric or DEFAULT_METRIC[kind]
     run_dirs = _as_list(run_dirs)
-    curves = learning_curves(run_dirs, metric, kind)
     shared = _shared_config(run_dirs)
+    if len(run_dirs) == 1 and labels is None and (Path(run_dirs[0]) / RESULTS_FILE).is_file():
+        labels, curves = sweep_curves(run_dirs[0], metric, kind)
+        run_dirs = [curve.run_dir for curve in curves]
+    else:
+        curves = learning_curves(run_dirs, metric, kind)
     if labels is None:
         if group:
             labels = [shared or f"{len(run_dirs)} run{'s' * (len(run_dirs) > 1)}"] * len(run_dirs)
@@ -312,6 +317,28 @@ def plot_runs(
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     return _save(figure, out)
+
+
+def sweep_curves(run_dir: PathLike, metric: str, kind: str) -> tuple[list[str], list[Curve]]:
+    """A sweep's run directory (``results.json``) as one curve per sweep point: ``(labels,
+    curves)``, each curve holding the seeds of one combination of the swept values. A sweep run
+    as one program has every member in its ``metrics.jsonl`` (combination-major: member
+    ``c * seeds + s``); a sweep run in turn has one directory ``member-<i>`` per member."""
+    results = json.loads((Path(run_dir) / RESULTS_FILE).read_text())
+    names = list(results["grid"])
+    labels, curves = [], []
+    if (Path(run_dir) / METRICS_FILE).is_file():
+        whole = _curve(run_dir, metric, kind)
+        rows = results["members"]
+        for combo in dict.fromkeys(tuple(r[n] for n in names) for r in rows):
+            members = [i for i, r in enumerate(rows) if tuple(r[n] for n in names) == combo]
+            labels.append(", ".join(f"{n}={v:g}" for n, v in zip(names, combo, strict=True)))
+            curves.append(whole._replace(values=whole.values[members]))
+        return labels, curves
+    for row in results["members"]:
+        labels.append(", ".join(f"{n}={row[n]:g}" for n in names))
+        curves.append(_curve(Path(run_dir) / f"member-{row['member']}", metric, kind))
+    return labels, curves
 
 
 def plot_members(
@@ -597,6 +624,7 @@ __all__ = [
     "read_leaderboard",
     "read_metrics",
     "survivor_hparams",
+    "sweep_curves",
 ]
 
 if __name__ == "__main__":

@@ -479,20 +479,19 @@ def build_system(
     bounds = spaces(agent_spec, population)
     initial = initial_hparams(agent_config, population, bounds)
     initial.update(check_explicit_hparams(agent_config, hparams or {}, bounds, population.size))
-    config = loop.with_members(config, population.size)
-    recipe = loops.make_recipe(
+    env = envs.make(env_id)
+    return loops.build(
         loop,
         env_id,
         agent_spec,
         agent_config,
-        config,
+        loop.with_members(config, population.size),
         total_timesteps=total_timesteps,
         seed=seed,
         devices=devices,
+        members=lambda recipe: Members(recipe.member, initial, np.arange(population.size)),
+        periodic=lambda recipe: make_periodic(env, recipe.member, population, bounds),
     )
-    members = Members(build=recipe.member, hparams=initial, seed_offsets=np.arange(population.size))
-    periodic = make_periodic(envs.make(env_id), recipe.member, population, bounds)
-    return loop.build(recipe, config, devices=devices, members=members, periodic=periodic)
 
 
 def train(

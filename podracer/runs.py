@@ -308,6 +308,19 @@ def _eval_record(returns: np.ndarray, updates: int, steps_per_update: int) -> di
     }
 
 
+def run_logger(run_dir: str, spec: RunSpec, *, console: bool = True):
+    """The logger of a run directory, with the backends ``spec.options`` asks for."""
+    return make_logger(
+        run_dir,
+        spec.total_timesteps,
+        console=console,
+        tensorboard=spec.options.tensorboard,
+        wandb=spec.options.wandb,
+        wandb_online=spec.options.wandb_online,
+        config=spec.to_dict(),
+    )
+
+
 def build_system(spec: RunSpec, devices=None) -> loops.System:
     """The system of a spec, through the loop registry: a population's when
     ``spec.population`` is set."""
@@ -357,15 +370,7 @@ def train(
     state = system.init(spec.seed)
     if not resume:
         save_spec(run_dir, spec)
-    logger = make_logger(
-        run_dir,
-        spec.total_timesteps,
-        console=console,
-        tensorboard=spec.options.tensorboard,
-        wandb=spec.options.wandb,
-        wandb_online=spec.options.wandb_online,
-        config=spec.to_dict(),
-    )
+    logger = run_logger(run_dir, spec, console=console)
     checkpointer = Checkpointer(run_dir, keep=spec.options.keep_checkpoints)
     try:
         start = 0

@@ -100,51 +100,21 @@ def sweep_in_one_program(
     from podracer import loops
 
     check_grid(agent_spec, agent_config, grid)
-    config = loop.with_members(config, grid.num_members)
-    recipe = loops.make_recipe(
+    system = loops.build(
         loop,
         env_id,
         agent_spec,
         agent_config,
-        config,
+        loop.with_members(config, grid.num_members),
         total_timesteps=total_timesteps,
         seed=seed,
         devices=devices,
+        members=lambda recipe: members(grid, recipe.member),
     )
-    system = loop.build(recipe, config, devices=devices, members=members(grid, recipe.member))
     result = system.run(None, seed=seed, progress=progress)
     result.summary.update(agent=agent_spec.name)
     rows = member_rows(grid, seed, result.summary["final_return_per_seed"])
     return result, rows
-
-
-def sweep_anakin(
-    env_id: str,
-    agent: str,
-    agent_config: Any,
-    config,
-    grid: Grid,
-    *,
-    seed: int = 0,
-    total_timesteps: int,
-    devices=None,
-    progress=None,
-):
-    """:func:`sweep_in_one_program` on the Anakin loop, for a registered agent's name."""
-    from podracer import agents, loops
-
-    return sweep_in_one_program(
-        loops.get("anakin"),
-        env_id,
-        agents.get(agent),
-        agent_config,
-        config,
-        grid,
-        seed=seed,
-        total_timesteps=total_timesteps,
-        devices=devices,
-        progress=progress,
-    )
 
 
 def member_rows(grid: Grid, seed: int, finals: Sequence[float | None]) -> list[dict[str, Any]]:
@@ -221,7 +191,6 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
     import json
 
     from podracer import agents, loops, runs
-    from podracer.logging import make_logger
     from podracer.rundir import RESULTS_FILE
 
     loop = loops.get(spec.arch)
@@ -234,15 +203,7 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
                 spec, arch_config=loop.with_members(spec.arch_config, grid.num_members)
             ),
         )
-        with make_logger(
-            run_dir,
-            spec.total_timesteps,
-            console=console,
-            tensorboard=spec.options.tensorboard,
-            wandb=spec.options.wandb,
-            wandb_online=spec.options.wandb_online,
-            config=spec.to_dict(),
-        ) as logger:
+        with runs.run_logger(run_dir, spec, console=console) as logger:
             _, rows = sweep_in_one_program(
                 loop,
                 spec.env,

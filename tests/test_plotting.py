@@ -245,3 +245,27 @@ def test_benchmarks_plot_script(tmp_path):
     out = tmp_path / "script.png"
     assert namespace["main"]([str(results), "--out", str(out), "--x", "num_envs"]) == 0
     assert_png(out)
+
+
+def test_a_sweep_directory_is_one_curve_per_sweep_point(tmp_path):
+    """``results.json`` beside a one-program sweep's metrics: members are combination-major."""
+    from podracer.plotting import sweep_curves
+
+    run = tmp_path / "sweep"
+    run.mkdir()
+    rows = [
+        {"member": i, "seed": i % 2, "lr": lr, "final_return": 0.0}
+        for i, lr in enumerate([0.1, 0.1, 0.3, 0.3])
+    ]
+    (run / "results.json").write_text(json.dumps({"grid": {"lr": [0.1, 0.3]}, "members": rows}))
+    records = [
+        {"kind": "train", "step": step, "episode_returns": [step, step + 1, 10 * step, 20 * step]}
+        for step in (1, 2)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    labels, curves = sweep_curves(run, "episode_return", "train")
+    assert labels == ["lr=0.1", "lr=0.3"]
+    np.testing.assert_array_equal(curves[0].values, [[1, 2], [2, 3]])
+    np.testing.assert_array_equal(curves[1].values, [[10, 20], [20, 40]])
+    out = plotting.plot_runs([run], tmp_path / "sweep.png")
+    assert out.is_file()

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from podracer import stats
+from podracer import agents, loops, stats
 from podracer import sweep as sweeps
 from podracer.agents import PPOConfig
 from podracer.anakin import AnakinConfig, train
@@ -40,9 +40,10 @@ def assert_close(a, b):
 
 def test_four_seed_sweep_equals_four_separate_runs():
     grid = sweeps.Grid(values={}, seeds=4)
-    result, rows = sweeps.sweep_anakin(
+    result, rows = sweeps.sweep_in_one_program(
+        loops.get("anakin"),
         "gymnax:CartPole-v1",
-        "ppo",
+        agents.get("ppo"),
         PPO,
         CONFIG,
         grid,
@@ -62,9 +63,10 @@ def test_four_seed_sweep_equals_four_separate_runs():
 
 def test_hyper_parameters_are_traced_per_member():
     grid = sweeps.Grid(values={"lr": (1e-3, 3e-4), "ent_coef": (0.0, 0.05)}, seeds=1)
-    result, rows = sweeps.sweep_anakin(
+    result, rows = sweeps.sweep_in_one_program(
+        loops.get("anakin"),
         "gymnax:CartPole-v1",
-        "ppo",
+        agents.get("ppo"),
         PPO,
         CONFIG,
         grid,
@@ -103,6 +105,6 @@ def test_sweep_flags_and_checks():
     with pytest.raises(ConfigError, match=r"--sweep.lr='fast' is not allowed"):
         sweeps.parse_sweep_flags(["--sweep.lr", "fast"])
     with pytest.raises(ConfigError, match=r"--sweep.max-grad-norm is not allowed.*lr, gamma"):
-        sweeps.check_grid("ppo", PPO, sweeps.Grid({"max_grad_norm": (0.5,)}))
+        sweeps.check_grid(agents.get("ppo"), PPO, sweeps.Grid({"max_grad_norm": (0.5,)}))
     with pytest.raises(ConfigError, match=r"PPOConfig.gamma=1.5 is not allowed"):
-        sweeps.check_grid("ppo", PPO, sweeps.Grid({"gamma": (0.9, 1.5)}))
+        sweeps.check_grid(agents.get("ppo"), PPO, sweeps.Grid({"gamma": (0.9, 1.5)}))

@@ -28,32 +28,24 @@ PREFIXES = ("envpool:", "gymnasium:")
 
 
 def make(
-    env_id: str,
-    *,
-    num_envs: int,
-    batch_size: int | None = None,
-    seed: int = 0,
-    num_threads: int = 0,
-    **options: Any,
+    env_id: str, *, num_envs: int, batch_size: int | None = None, **options: Any
 ) -> HostEnvironment:
-    """``num_envs`` host environments of ``env_id``; ``batch_size < num_envs`` asks for async
-    mode (envpool only). ``options`` go to the environment kind's own ``make``."""
+    """``num_envs`` host environments of ``env_id`` (a :class:`HostEnvironment`);
+    ``batch_size < num_envs`` asks for async mode (envpool only). ``options`` go to the
+    environment kind's own ``make``: ``seed`` for every kind, ``num_threads`` and the task's
+    settings for envpool (:func:`podracer.host_envs.envpool.make`), gymnasium's keyword
+    arguments for gymnasium (:func:`podracer.host_envs.gymnasium.make`)."""
     if env_id.startswith("envpool:"):
         from podracer.host_envs import envpool
 
-        return envpool.make(
-            env_id,
-            num_envs=num_envs,
-            batch_size=batch_size,
-            seed=seed,
-            num_threads=num_threads,
-            **options,
-        )
+        return envpool.make(env_id, num_envs=num_envs, batch_size=batch_size, **options)
     if batch_size is not None and batch_size != num_envs:
         raise ConfigValueError(
             f"async mode (batch_size={batch_size} < num_envs={num_envs}) needs an envpool "
             f"environment, not {env_id!r}"
         )
+    seed = options.pop("seed", 0)
+    options.pop("num_threads", None)  # envpool's; the other kinds step on the actor's thread
     if env_id.startswith("gymnasium:"):
         from podracer.host_envs import gymnasium
 

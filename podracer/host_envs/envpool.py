@@ -72,6 +72,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from podracer.config import ConfigError, ConfigValueError, check_positive, check_range
+from podracer.host_envs.checks import discrete_actions
 from podracer.types import DiscreteActionSpec, EpisodeInfo, ObservationSpec, TimeStep
 
 PREFIX = "envpool:"
@@ -303,22 +304,8 @@ class EnvpoolEnvironment:
             )
 
     def _check_actions(self, actions: Any, n: int) -> np.ndarray:
-        actions = np.asarray(actions)
-        if actions.shape != (n,):
-            raise ValueError(
-                f"{self.id}: actions of shape {actions.shape} are not allowed: give one action "
-                f"per environment, shape ({n},)"
-            )
-        if actions.dtype.kind not in "iu":
-            raise ValueError(
-                f"{self.id}: actions of dtype {actions.dtype} are not allowed: give integers"
-            )
         num_actions = self.action_spec.num_actions
-        if n and (actions.min() < 0 or actions.max() >= num_actions):
-            raise ValueError(
-                f"{self.id}: actions {actions} are not allowed: each must be in "
-                f"0..{num_actions - 1}"
-            )
+        actions = discrete_actions(self.id, actions, n, num_actions)
         return actions.astype(np.int32, copy=False)
 
     def _recv_pool(self) -> _PoolOutput:

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from podracer.config import ConfigError, ConfigValueError
+from podracer.host_envs.checks import discrete_actions
 from podracer.types import (
     BoundedActionSpec,
     DiscreteActionSpec,
@@ -147,20 +148,7 @@ class GymnasiumEnvironment:
         n = self.num_envs
         spec = self.action_spec
         if isinstance(spec, DiscreteActionSpec):
-            if actions.shape != (n,):
-                raise ValueError(
-                    f"{self.id}: actions of shape {actions.shape} are not allowed: give one "
-                    f"action per environment, shape ({n},)"
-                )
-            if actions.dtype.kind not in "iu":
-                raise ValueError(
-                    f"{self.id}: actions of dtype {actions.dtype} are not allowed: give integers"
-                )
-            if actions.min() < 0 or actions.max() >= spec.num_actions:
-                raise ValueError(
-                    f"{self.id}: actions {actions} are not allowed: each must be in "
-                    f"0..{spec.num_actions - 1}"
-                )
+            actions = discrete_actions(self.id, actions, n, spec.num_actions)
             return actions.astype(np.int64) + self._action_start
         shape = (n, *spec.shape)
         if actions.shape != shape:

@@ -119,10 +119,15 @@ def build(
     total_timesteps: int,
     seed: int = 0,
     devices: Sequence[jax.Device] | None = None,
-    members: Members | None = None,
-    periodic: Periodic | None = None,
+    members: Callable[[Recipe], Members] | None = None,
+    periodic: Callable[[Recipe], Periodic] | None = None,
+    **options: Any,
 ) -> System:
-    """The recipe (:func:`make_recipe`) and the system of ``loop`` in one call."""
+    """The recipe (:func:`make_recipe`) and the system of ``loop`` in one call.
+
+    ``members`` and ``periodic`` are made from the recipe: a sweep's or a population's members
+    are its agent with traced hyper-parameters (``recipe.member``). ``options`` go to the loop's
+    ``build`` (Anakin: ``env_params``; Sebulba: ``env_options``)."""
     loop = get(loop) if isinstance(loop, str) else loop
     recipe = make_recipe(
         loop,
@@ -134,7 +139,56 @@ def build(
         seed=seed,
         devices=devices,
     )
-    return loop.build(recipe, config, devices=devices, members=members, periodic=periodic)
+    return loop.build(
+        recipe,
+        config,
+        devices=devices,
+        members=None if members is None else members(recipe),
+        periodic=None if periodic is None else periodic(recipe),
+        **options,
+    )
+
+
+def train(
+    loop: Loop | str,
+    env_id: str,
+    agent_config: Any,
+    config: Any,
+    *,
+    seed: int = 0,
+    total_timesteps: int,
+    devices: Sequence[jax.Device] | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    state: Any = None,
+    start_update: int = 0,
+    hooks: RunHooks | None = None,
+    **options: Any,
+) -> RunResult:
+    """Builds the system of a registered agent's config (:func:`build`) and runs it for
+    ``total_timesteps`` steps per member, without a run directory (:func:`podracer.runs.train`
+    keeps one); ``state`` and ``start_update`` resume, ``hooks`` see every call."""
+    from podracer import agents
+
+    system = build(
+        loop,
+        env_id,
+        agents.spec_of(agent_config),
+        agent_config,
+        config,
+        total_timesteps=total_timesteps,
+        seed=seed,
+        devices=devices,
+        **options,
+    )
+    return system.run(state, seed=seed, start_update=start_update, hooks=hooks, progress=progress)
+
+
+def for_config(config: Any) -> Loop:
+    """The registered loop whose config class ``config`` is."""
+    for name in names():
+        if get(name).config_cls is type(config):
+            return get(name)
+    raise TypeError(f"no registered loop takes a config of type {type(config).__name__}")
 
 
 __all__ = [
@@ -149,9 +203,11 @@ __all__ = [
     "RunResult",
     "System",
     "build",
+    "for_config",
     "get",
     "learner_layout",
     "make_recipe",
     "names",
     "register",
+    "train",
 ]

@@ -463,24 +463,19 @@ def run(
     threads.append(lifetime.thread("learner", learner_loop))
     start = time.perf_counter()
     last_report = start
+
+    def record():
+        return _record(
+            history, lags, config, steps_per_update, num_updates, start_update, start, actor_steps
+        )
+
     try:
         for thread in threads:
             thread.start()
         while not lifetime.wait(0.1):
             if progress is not None and time.perf_counter() - last_report >= 1.0:
                 last_report = time.perf_counter()
-                progress(
-                    _record(
-                        history,
-                        lags,
-                        config,
-                        steps_per_update,
-                        num_updates,
-                        start_update,
-                        start,
-                        actor_steps,
-                    )
-                )
+                progress(record())
     except KeyboardInterrupt:
         lifetime.stop()
         _join(threads)
@@ -493,18 +488,7 @@ def run(
     lifetime.raise_if_failed()
     elapsed = time.perf_counter() - start
     if progress is not None:
-        progress(
-            _record(
-                history,
-                lags,
-                config,
-                steps_per_update,
-                num_updates,
-                start_update,
-                start,
-                actor_steps,
-            )
-        )
+        progress(record())
 
     hist = {name: np.asarray(values)[None] for name, values in history.items()}
     if num_processes > 1:  # the episodes of every process's actors (every process is here)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-from podracer import host_envs, seeding
+from podracer import host_envs, loops, seeding
 from podracer.loops import Loop
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import Recipe
@@ -127,11 +128,13 @@ def build_system(
     devices: Sequence[jax.Device] | None = None,
     members: Members | None = None,
     periodic: Periodic | None = None,
+    env_options: dict[str, Any] | None = None,
 ) -> SebulbaSystem:
-    """:attr:`Loop.build` of Sebulba (one member; sweeps run their members in turn)."""
+    """:attr:`Loop.build` of Sebulba (one member; sweeps run their members in turn);
+    ``env_options`` go to the host environments (:func:`env_factory`)."""
     if members is not None or periodic is not None:
         raise ValueError("Sebulba runs one member per system: run the members in turn")
-    return SebulbaSystem(recipe, config, devices)
+    return SebulbaSystem(recipe, config, devices, env_options)
 
 
 LOOP = Loop(
@@ -145,32 +148,6 @@ LOOP = Loop(
 )
 
 
-def train(
-    env_id: str,
-    agent_config: Any,
-    config: SebulbaConfig,
-    *,
-    seed: int = 0,
-    total_timesteps: int,
-    devices: Sequence[jax.Device] | None = None,
-    progress: Callable[[dict[str, Any]], None] | None = None,
-    env_options: dict[str, Any] | None = None,
-    state=None,
-    start_update: int = 0,
-    hooks: RunHooks | None = None,
-) -> RunResult:
-    """Builds the recipe and the system of a registered agent's config and runs Sebulba."""
-    from podracer import agents, loops
-
-    recipe = loops.make_recipe(
-        LOOP,
-        env_id,
-        agents.spec_of(agent_config),
-        agent_config,
-        config,
-        total_timesteps=total_timesteps,
-        seed=seed,
-        devices=devices,
-    )
-    system = SebulbaSystem(recipe, config, devices, env_options)
-    return system.run(state, seed=seed, start_update=start_update, hooks=hooks, progress=progress)
+train = functools.partial(loops.train, LOOP)
+"""``train(env_id, agent_config, config, *, seed, total_timesteps, devices, progress, state,
+start_update, hooks, env_options)``: :func:`podracer.loops.train` on Sebulba."""
