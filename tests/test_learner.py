@@ -174,7 +174,7 @@ def test_unrolled_update_has_no_loops_and_equals_the_scanned_one():
     """``unroll=True`` (chosen for image torsos on CPU) is straight-line SGD: the compiled update
     keeps only the agent's own loop (GAE's scan), and computes what the scanned update does."""
     config = PPOConfig(num_epochs=2, num_minibatches=2, hidden_sizes=(16,), anneal_lr=False)
-    agent, optimizer = build(config, num_actions=2, num_updates=1)
+    agent, optimizer = build(config, 2, num_updates=1)
     _, traj = collect("gymnax:CartPole-v1", agent, num_envs=4, rollout_len=8)
     results, loops = [], []
     for unroll in (1, True):
