@@ -73,7 +73,7 @@ def bench(
 ) -> dict:
     entry = agents.get(agent_name)
     config = entry.config_cls(torso=torso, shared_torso=True)
-    agent, optimizer = agents.build(config, num_actions=4, num_updates=1000)
+    agent, optimizer = agents.build(config, 4, num_updates=1000)
     learner = make_learner(
         agent,
         optimizer,
@@ -108,10 +108,10 @@ def straight_line(agent_name: str, torso: str, traj: Trajectory, repeats: int) -
 
     entry = agents.get(agent_name)
     config = entry.config_cls(torso=torso, shared_torso=True)
-    agent, optimizer = agents.build(config, num_actions=4, num_updates=1000)
+    agent, optimizer = agents.build(config, 4, num_updates=1000)
     params = agent.init(jax.random.key(0), traj.obs[0, 0])
     opt_state = optimizer.init(params)
-    batch = agent.prepare(params, jax.device_put(traj), jnp.mean)
+    batch = agent.prepare(params, (), jax.device_put(traj), jnp.mean)
     size = jax.tree.leaves(batch)[0].shape[0] // config.num_minibatches
     minibatch = jax.tree.map(lambda x: x[:size], batch)
 

@@ -25,10 +25,10 @@ import sys
 import jax
 from anakin_throughput import env_only_sps, peak_memory
 
-from podracer import anakin
+from podracer import agents, anakin, loops
 from podracer.agents import PPOConfig
 from podracer.anakin import AnakinConfig, choose_updates_per_call
-from podracer.population import PopulationConfig, build
+from podracer.population import PopulationConfig, build_system
 
 
 def bench(
@@ -42,8 +42,14 @@ def bench(
     population = PopulationConfig(
         size=size, interval=10, tournament=size > 1, init=("lr=1e-5:1e-2",), eval_episodes=8
     )
-    system = build(
-        "gymnax:CartPole-v1", PPOConfig(), config, population, total_timesteps=steps_per_member
+    system = build_system(
+        loops.get("anakin"),
+        "gymnax:CartPole-v1",
+        agents.get("ppo"),
+        PPOConfig(),
+        config,
+        population,
+        total_timesteps=steps_per_member,
     )
     result = anakin.run(system, seed=0, total_timesteps=steps_per_member)
     summary = result.summary

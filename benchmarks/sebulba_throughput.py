@@ -27,7 +27,14 @@ import numpy as np
 
 from podracer import agents, host_envs
 from podracer.agents import PPOConfig
-from podracer.sebulba import SebulbaConfig, env_factory, host_rollout, rollout_keys, train
+from podracer.sebulba import (
+    HostCarry,
+    SebulbaConfig,
+    env_factory,
+    host_rollout,
+    rollout_keys,
+    train,
+)
 from podracer.sebulba.system import make_act
 
 
@@ -68,12 +75,12 @@ def actor_only_sps(env_id: str, agent_config, config: SebulbaConfig, rollouts: i
     obs = np.zeros(env.observation_spec.shape, env.observation_spec.dtype)
     params = jax.device_put(agent.init(jax.random.key(0), obs), device)
     act = make_act(agent)
-    timestep = env.reset()
+    carry = HostCarry(env.reset(), ())
     keys = jax.device_put(rollout_keys(jax.random.key(1), config.rollout_len), device)
-    host_rollout(env, act, params, timestep, keys)  # compile
+    host_rollout(env, act, params, carry, keys)  # compile
     start = time.perf_counter()
     for _ in range(rollouts):
-        timestep, _, _ = host_rollout(env, act, params, timestep, keys)
+        carry, _, _ = host_rollout(env, act, params, carry, keys)
     elapsed = time.perf_counter() - start
     env.close()
     return rollouts * config.rollout_len * config.envs_per_actor / elapsed

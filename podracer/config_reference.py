@@ -110,23 +110,24 @@ def _cell(text: str) -> str:
 
 def sections() -> list[ConfigSection]:
     """The documented configs, in a fixed order: agents as in AGENTS, then the loops."""
-    from podracer import agents
-    from podracer.anakin import AnakinConfig
+    from podracer import agents, loops
     from podracer.population import PopulationConfig
-    from podracer.sebulba import SebulbaConfig
 
     out = []
     for name, entry in agents.AGENTS.items():
+        if ":" in name:
+            continue  # a user's agent imported by path, not a built-in one
         note = f"Default environment: `{entry.default_env}`."
-        if entry.arch_defaults:
+        if entry.search_space:
+            note += f" Sweepable: {', '.join(f'`{f}`' for f in entry.search_space)}."
+        for loop, defaults in entry.loop_defaults.items():
             flags = ", ".join(
-                f"`{flag('arch', k)} {command_line_value(v)}`"
-                for k, v in entry.arch_defaults.items()
+                f"`{flag('arch', k)} {command_line_value(v)}`" for k, v in defaults.items()
             )
-            note += f" With `--arch anakin` this agent changes the loop's defaults: {flags}."
+            note += f" With `--arch {loop}` this agent changes the loop's defaults: {flags}."
         out.append(ConfigSection(f"--agent {name}", entry.config_cls, "agent", note))
-    out.append(ConfigSection("--arch anakin", AnakinConfig, "arch", ""))
-    out.append(ConfigSection("--arch sebulba", SebulbaConfig, "arch", ""))
+    for name in loops.names():
+        out.append(ConfigSection(f"--arch {name}", loops.get(name).config_cls, "arch", ""))
     out.append(
         ConfigSection(
             "--population P",

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 import podracer.sebulba
-from podracer import anakin, cli, parallel
+from podracer import anakin, cli
 
 
 def main() -> int:
@@ -33,13 +33,12 @@ def main() -> int:
 
         return wrapped
 
-    anakin.run = capturing(anakin.run)
-    podracer.sebulba.train = capturing(podracer.sebulba.train)
+    anakin.Anakin.run = capturing(anakin.Anakin.run)
+    podracer.sebulba.SebulbaSystem.run = capturing(podracer.sebulba.SebulbaSystem.run)
     status = cli.main(argv)
     if status == 0:
         result = results[0]
-        params = result.params if hasattr(result, "params") else result.state.learner.params
-        leaves = [np.asarray(x) for x in jax.tree.leaves(parallel.fetch(params))]
+        leaves = [np.asarray(x) for x in jax.tree.leaves(result.params)]
         out_dir.mkdir(parents=True, exist_ok=True)
         np.savez(out_dir / f"params_{jax.process_index()}.npz", *leaves)
     return status

@@ -15,6 +15,7 @@ from podracer.agents import PPOConfig
 from podracer.anakin import AnakinConfig
 from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
+from podracer.loops.common import params_checksum
 from podracer.sebulba import SebulbaConfig
 
 # 8 updates of 4 envs x 16 steps, two updates per call, checkpoints every 4 updates.
@@ -446,32 +447,45 @@ def test_evaluate_run_reports_returns(straight_run):
     assert np.isclose(result["mean"], np.mean(result["per_seed_mean"]))
 
 
-def test_sebulba_resume_restores_params_and_counters(tmp_path, two_devices):
+def test_sebulba_resume_restores_the_state_an_uninterrupted_run_had(tmp_path, two_devices):
+    """Sebulba's environments start afresh on resume, so what is exact is the learner state: the
+    interrupted run's checkpoint at update 2 is the uninterrupted run's state at update 2, and the
+    resumed run starts from it."""
     spec = runs.RunSpec(
         arch="sebulba",
         agent="ppo",
         env="envpool:CartPole-v1",
         seed=0,
-        total_timesteps=2 * 8 * 16,
-        agent_config=PPOConfig(num_minibatches=2, hidden_sizes=(16,)),
+        total_timesteps=4 * 8 * 16,
+        # a constant learning rate: a shorter run must not anneal faster
+        agent_config=PPOConfig(num_minibatches=2, hidden_sizes=(16,), anneal_lr=False),
         arch_config=SebulbaConfig(
             learner_device_ids=(1,), envs_per_actor=8, rollout_len=16, deterministic=True
         ),
-        options=runs.RunOptions(tensorboard=False),
+        options=runs.RunOptions(tensorboard=False, checkpoint_interval=2, keep_checkpoints=4),
     )
-    run_dir = str(tmp_path / "sebulba")
-    first = runs.train(spec, run_dir, console=False, devices=two_devices)
-    template, _ = runs.sebulba_learner_template(spec)
-    with Checkpointer(run_dir) as checkpointer:
+    whole = str(tmp_path / "whole")
+    runs.train(spec, whole, console=False, devices=two_devices)
+    interrupted = str(tmp_path / "interrupted")
+    runs.train(
+        dataclasses.replace(spec, total_timesteps=2 * 8 * 16),
+        interrupted,
+        console=False,
+        devices=two_devices,
+    )
+    template = runs.build_system(spec, two_devices).init(spec.seed)
+    with Checkpointer(whole) as checkpointer:
+        uninterrupted, _ = checkpointer.restore(template, 2)
+    with Checkpointer(interrupted) as checkpointer:
         saved, meta = checkpointer.restore(template)
     assert meta["updates"] == 2 and int(saved.update_count) == 2
-    from podracer.anakin import params_checksum
-
-    assert params_checksum(saved.params) == first["params_checksum"]
-    longer = dataclasses.replace(spec, total_timesteps=4 * 8 * 16)
-    second = runs.train(longer, run_dir, resume=True, console=False, devices=two_devices)
-    assert second["start_update"] == 2 and second["num_updates"] == 4
-    with Checkpointer(run_dir) as checkpointer:
+    for a, b in zip(jax.tree.leaves(uninterrupted), jax.tree.leaves(saved), strict=True):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(a, b)
+    resumed = runs.train(spec, interrupted, resume=True, console=False, devices=two_devices)
+    assert resumed["start_update"] == 2 and resumed["num_updates"] == 4
+    with Checkpointer(interrupted) as checkpointer:
         final, meta = checkpointer.restore(template)
     assert meta["updates"] == 4 and int(final.update_count) == 4
-    assert params_checksum(final.params) == second["params_checksum"]
+    assert params_checksum(final.params) == resumed["params_checksum"]

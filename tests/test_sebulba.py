@@ -6,6 +6,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import struct
 
@@ -18,7 +19,7 @@ from podracer.loops import make_recipe
 from podracer.sebulba import LOOP as SEBULBA
 from podracer.sebulba import HostCarry, SebulbaConfig, host_rollout, rollout_keys, run
 from podracer.sebulba.system import make_act
-from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+from podracer.types import ActorOutput, Agent, DiscreteActionSpec, ObservationSpec, TimeStep
 
 
 @struct.dataclass
@@ -158,6 +159,55 @@ def test_deterministic_mode_reproduces_a_run():
     assert not podracer_threads()
 
 
+def version_agent():
+    """A fake agent whose one param counts the updates (SGD at rate 1 on a loss of ``-v``
+    adds 1 per update) and whose actors record the version they act with; its own slot in
+    LearnerState keeps, for every update, the version of the rollout it learnt from."""
+
+    def act(params, actor_state, obs, key):
+        del key
+        zeros = jnp.zeros(obs.shape[0])
+        version = jnp.broadcast_to(params["v"], zeros.shape)
+        return actor_state, ActorOutput(
+            jnp.zeros(obs.shape[0], jnp.int32), zeros, zeros, {"version": version}
+        )
+
+    def update_state(state, params, traj, mean_fn):
+        del params
+        used = mean_fn(traj.behaviour.extras["version"])
+        return {"n": state["n"] + 1, "used": state["used"].at[state["n"]].set(used)}
+
+    return Agent(
+        init=lambda key, obs: {"v": jnp.zeros(())},
+        act=act,
+        prepare=lambda params, agent_state, traj, mean_fn: {"one": traj.reward[0]},
+        loss=lambda params, batch, key: (-params["v"], {"loss": -params["v"]}),
+        init_state=lambda key, params: {"n": jnp.zeros((), jnp.int32), "used": jnp.zeros(16)},
+        update_state=update_state,
+    )
+
+
+def test_deterministic_rollout_k_acts_with_the_params_of_update_k_minus_1():
+    agent = version_agent()
+    config = small(queue_size=2)
+    recipe = make_recipe(
+        SEBULBA,
+        "catch",
+        agents.get("ppo"),
+        PPOConfig(num_epochs=1, num_minibatches=1),
+        config,
+        total_timesteps=6 * 4 * 16,
+        devices=jax.devices()[:2],
+    )
+    recipe = recipe._replace(agent=agent, optimizer=optax.sgd(1.0))
+    make_env = lambda i: JaxHostEnvironment(envs.make("catch"), 4, seed=i + 1)  # noqa: E731
+    result = run(recipe, config, make_env, seed=0, devices=jax.devices()[:2])
+    state = result.state.agent_state
+    assert int(state["n"]) == 6 and float(result.params["v"]) == 6.0
+    # rollout 0 acts with the initial params (version 0), rollout k with those of update k - 1
+    np.testing.assert_array_equal(np.asarray(state["used"])[:6], [0, 0, 1, 2, 3, 4])
+
+
 class FailingEnv:
     """Raises at its ``fail_at``-th step."""
 
@@ -183,7 +233,8 @@ def test_environment_error_reaches_the_main_thread():
         sebulba(small(deterministic=False), make_env=make_env, total=10**9)
     assert time.monotonic() - start < 60  # compile + 30 steps + the stop (bounded well below)
     assert isinstance(info.value.__cause__, OSError)
-    assert "FailingEnv" in str(info.value) or "step" in str(info.value)  # thread's traceback
+    assert "environment exploded" in str(info.value)  # the injected error, by its message
+    assert "podracer-actor-0" in str(info.value)  # and the thread it stopped
     assert not podracer_threads()
 
 
