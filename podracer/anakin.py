@@ -62,7 +62,7 @@ class AnakinConfig(LearnerLayoutFields):
     updates_per_call: int = 0
     """Updates per call of the compiled step (0: about 20 calls per run)."""
     rollout_unroll: int = 1
-    """``unroll`` of the rollout's time scan (1 measured fastest on XLA:CPU, see benchmarks)."""
+    """``unroll`` of the rollout's time scan (1 is fastest on XLA:CPU: ``docs/design.md``)."""
     member_shards: int = 1
     """Devices the seed (member) axis is split over; each group of ``devices / member_shards``
     devices splits its members' environments. Must divide ``num_seeds`` and the device count."""

@@ -6,7 +6,7 @@ convolution as convolutions with unusual dimension numbers (batch and feature ax
 the kernel's gradient); outside a loop it picks layouts that send them to its fast (Eigen)
 kernels, but inside a ``while`` loop — every ``lax.scan``, so every learner that scans over epochs
 and minibatches — it cannot, and runs them through a generic emitter tens of times slower
-(jax-ml/jax#12868; 68x for one IMPALA ResNet gradient over 32 frames, ``benchmarks/README.md``).
+(jax-ml/jax#12868; the figures are in ``benchmarks/README.md``).
 
 Here, for stride-1 convolutions of ``NHWC`` images with ``HWIO`` kernels (every convolution of
 the IMPALA ResNet), the backward pass on CPU is

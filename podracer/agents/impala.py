@@ -45,13 +45,10 @@ class IMPALAConfig(ActorCriticFields):
 
     Loss weights, discount, clips, the gradient-norm clip and the linear learning-rate decay are
     the paper's (Atari). The optimizer and learning rate are tuned for the command line's default,
-    ``gymnax:CartPole-v1`` with 16 environments and rollouts of 32 steps: with Adam at 2e-3 the
-    final return was 500 (the maximum) on 8 of 8 seeds after 1M steps and above 400 on 7 of 7
-    after 500K, where RMSProp (the paper's, ``optimizer="rmsprop"``: decay 0.99, epsilon 0.01,
-    no momentum) and Adam at 6e-4 or 1e-3 ended between 170 and 500 (mean 240-350) after 1M.
-    The paper used RMSProp at 6e-4 on Atari (batch 32 x 20 steps). The paper shares one torso
-    between actor and critic (``shared_torso``; use it with the image torsos); with the MLP on
-    CartPole a shared torso ended near 120 after 1M steps.
+    ``gymnax:CartPole-v1`` with 16 environments and rollouts of 32 steps (Adam at 2e-3; the
+    comparison with the paper's RMSProp, ``optimizer="rmsprop"``, is in ``docs/design.md``). The
+    paper used RMSProp at 6e-4 on Atari (batch 32 x 20 steps) and shares one torso between actor
+    and critic (``shared_torso``; use it with the image torsos).
     """
 
     lr: float = 2e-3

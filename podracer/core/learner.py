@@ -57,9 +57,9 @@ def make_learner(
       axis_name: the data-parallel axis (``podracer.parallel.DATA_AXIS``) or None on one device.
       unroll: ``unroll`` of the epoch and minibatch ``lax.scan``s; ``True`` replaces them by
         Python loops, so the update is straight-line code with no XLA loop at all. XLA:CPU runs
-        convolution backward passes inside loops many times slower than outside (37x for an
-        IMPALA ResNet update, ``benchmarks/learner_unroll.py``; ``lax.scan(unroll=True)`` is not
-        enough: it keeps a one-trip loop around the unrolled body), so the loops choose it there
+        convolution backward passes inside loops many times slower than outside
+        (``docs/design.md``; ``lax.scan(unroll=True)`` is not enough: it keeps a one-trip loop
+        around the unrolled body), so the loops choose it there
         for image torsos whose convolutions keep JAX's gradient
         (:func:`podracer.loops.layout.learner_layout`; the IMPALA ResNet's go through
         :mod:`podracer.ops` and run well in loops); other backends keep the loops.
@@ -67,8 +67,8 @@ def make_learner(
         equal slices of at most this many environment steps each (whole samples: one IMPALA
         sample is a sequence), taken one after another — gradient accumulation. For losses that
         are means over samples (every agent here) it is the same gradient up to rounding, with
-        a working set that fits in cache: XLA:CPU takes an IMPALA ResNet's gradient over 512
-        frames 3x faster as 16 slices of 32 (``benchmarks/learner_unroll.py``). 0: one slice.
+        a working set that fits in cache, which XLA:CPU takes much faster for an image torso
+        (``benchmarks/README.md``). 0: one slice.
         Each slice's loss gets a key of its own.
     """
     if num_epochs < 1:

@@ -35,7 +35,7 @@ class LearnerLayoutFields:
     learner_microbatch: int = 0
     """Environment steps per gradient slice: each minibatch's gradient is accumulated over
     slices of at most this many steps (0: automatic — 32 for the image torsos on CPU, where it
-    is 2-3x faster, one slice elsewhere; a value >= the minibatch gives one slice)."""
+    is faster, one slice elsewhere; a value >= the minibatch gives one slice)."""
 
     def check_layout(self) -> None:
         """Validates the layout fields (call it from ``__post_init__``)."""
@@ -61,8 +61,8 @@ def learner_layout(
     ``learner_microbatch``; 0 means automatic) on ``devices`` (default: JAX's first device).
 
     Automatic, for an image torso on XLA:CPU: gradient slices of ``CPU_IMAGE_MICROBATCH_STEPS``
-    steps, because a convolution's gradient runs 2-3x faster over small slices than over a whole
-    minibatch; and the epoch, minibatch and slice loops kept as loops for the IMPALA ResNet,
+    steps, because XLA:CPU takes a convolution's gradient faster over small slices than over a
+    whole minibatch; and the epoch, minibatch and slice loops kept as loops for the IMPALA ResNet,
     whose convolutions' gradients :mod:`podracer.ops` writes so that XLA:CPU runs them at full
     speed in loops, but unrolled (``unroll=True``, straight-line code) for the Nature CNN, whose
     strided convolutions keep JAX's gradient, which XLA:CPU runs tens of times slower inside a
