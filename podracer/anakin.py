@@ -31,6 +31,8 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import envs, loops, seeding
 from podracer.config import ConfigError, ConfigValueError, check_choice, check_positive
+from podracer.core.learner import per_device
+from podracer.core.learner import state_specs as learner_specs
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
 from podracer.loops import Loop
@@ -242,7 +244,7 @@ def make_anakin(
         learner_key, env_key, act_key = jax.random.split(key, 3)
         env_keys = jax.random.split(env_key, config.num_envs)
         return AnakinState(
-            learner=learner.init(learner_key, example_obs),
+            learner=per_device(agent, learner.init(learner_key, example_obs), num_devices),
             rollout=reset_envs(env, env_keys, env_params, agent.initial_actor_state),
             key=act_key,
             hparams=hparams,
@@ -264,7 +266,7 @@ def make_anakin(
         )
 
     state_specs = AnakinState(
-        learner=P(MEMBER_AXIS),
+        learner=learner_specs(recipe.agent, P(MEMBER_AXIS), P(MEMBER_AXIS, DATA_AXIS)),
         rollout=P(MEMBER_AXIS, DATA_AXIS),
         key=P(MEMBER_AXIS),
         hparams=P(MEMBER_AXIS),

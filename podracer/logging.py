@@ -15,7 +15,8 @@ Records are flat dicts of numbers (and per-member lists). Two kinds go through a
 members, ``episode_returns`` the per-member values (``None`` where a member finished no episode).
 Backends: the console (a live rich progress bar on a terminal, plain lines elsewhere), JSONL
 (``metrics.jsonl``), TensorBoard (tensorboardX) and Weights & Biases (optional, offline unless
-asked). Only process 0 of a multi-process run writes (:func:`is_main_process`).
+asked). Only process 0 of a multi-process run writes
+(:func:`podracer.parallel.is_main_process`).
 """
 
 from __future__ import annotations
@@ -30,19 +31,13 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from podracer import rundir
+from podracer.parallel import is_main_process
 
 
 class Backend(Protocol):
     def write(self, record: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
-
-
-def is_main_process() -> bool:
-    """True in process 0 of a multi-process run (:func:`podracer.parallel.is_main_process`)."""
-    from podracer.parallel import is_main_process
-
-    return is_main_process()
 
 
 def _scalars(record: dict[str, Any]) -> dict[str, float]:

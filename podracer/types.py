@@ -203,7 +203,10 @@ class Agent(NamedTuple):
       in :class:`LearnerState` (a target network, normaliser statistics), updated once per update
       after the gradient steps; checkpointed with the rest. It stays the same on every device
       when ``update_state`` combines what each device saw with ``mean_fn``, as params do;
-      ``prepare`` reads it (``()`` when the agent keeps none);
+      ``prepare`` reads it (``()`` when the agent keeps none). With ``state_per_device`` the
+      slot is kept per device instead (a replay buffer's shard): its leaves carry a leading
+      device axis ``[D, ...]`` split over the data axis, and ``update_state`` and ``prepare``
+      see their own device's ``[...]``;
     - ``actor_params(params, agent_state) -> what act receives as params`` (default: params).
     """
 
@@ -216,6 +219,7 @@ class Agent(NamedTuple):
     init_state: Callable[[PRNGKey, Params], Any] = no_agent_state
     update_state: Callable[[Any, Params, Trajectory, MeanFn], Any] = keep_agent_state
     actor_params: Callable[[Params, Any], Params] = acting_params
+    state_per_device: bool = False
 
 
 def stateless(act: Callable[[Params, Array, PRNGKey], ActorOutput]):

@@ -220,3 +220,75 @@ def test_a_checkpoint_saved_before_the_agent_slot_restores(tmp_path):
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(restored.params), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(jax.random.key_data(restored.key), old["key"])
+
+
+def test_agent_state_kept_per_device(two_devices):
+    """``state_per_device``: each device keeps its own slot (a replay buffer's shard): here the
+    samples it has seen and the sum of the rewards of its last batch."""
+    from podracer import loops
+    from podracer.anakin import LOOP, AnakinConfig, make_anakin
+
+    base = counting_agent()
+
+    def init_state(key, params):
+        del key, params
+        return {"seen": jnp.zeros((), jnp.int32), "reward_sum": jnp.zeros(())}
+
+    def update_state(state, params, traj, mean_fn):
+        del params, mean_fn  # nothing combined over devices
+        return {"seen": state["seen"] + traj.reward.size, "reward_sum": jnp.sum(traj.reward)}
+
+    agent = base._replace(
+        init_state=init_state,
+        update_state=update_state,
+        prepare=lambda params, agent_state, traj, mean_fn: base.prepare(
+            params, {"updates": agent_state["seen"]}, traj, mean_fn
+        ),
+        state_per_device=True,
+    )
+
+    # The learner core under shard_map: each device's own batch.
+    example, traj = learner_and_traj(agent)
+    traj = traj._replace(reward=jnp.broadcast_to(jnp.arange(8.0), traj.reward.shape))
+    mesh = jax.make_mesh((2,), ("data",), devices=two_devices)
+    split = make_learner(agent, optax.sgd(0.1), num_epochs=1, num_minibatches=1, axis_name="data")
+    from podracer.core.learner import per_device, state_specs
+
+    specs = state_specs(agent, jax.P(), jax.P("data"))
+    update = jax.jit(
+        jax.shard_map(
+            split.update,
+            mesh=mesh,
+            in_specs=(specs, jax.P(None, "data")),
+            out_specs=(specs, jax.P()),
+        )
+    )
+    state = per_device(agent, split.init(jax.random.key(5), example), 2)
+    assert state.agent_state["seen"].shape == (2,)
+    shardings = jax.tree.map(
+        lambda spec: jax.sharding.NamedSharding(mesh, spec),
+        specs,
+        is_leaf=lambda x: isinstance(x, jax.P),
+    )
+    state = jax.device_put(state, shardings)
+    traj = jax.device_put(traj, jax.sharding.NamedSharding(mesh, jax.P(None, "data")))
+    state, _ = update(state, traj)
+    state, _ = update(state, traj)
+    np.testing.assert_array_equal(state.agent_state["seen"], [2 * 12 * 4, 2 * 12 * 4])
+    np.testing.assert_allclose(state.agent_state["reward_sum"], [12 * 6.0, 12 * 22.0])
+
+    # Anakin on two devices keeps it per device, per member.
+    config = AnakinConfig(num_envs=8, rollout_len=4, num_seeds=2)
+    recipe = loops.make_recipe(
+        LOOP,
+        "catch",
+        agents.get("ppo"),
+        agents.PPOConfig(num_epochs=1, num_minibatches=1),
+        config,
+        total_timesteps=3 * 32,
+        devices=two_devices,
+    )
+    system = make_anakin(recipe._replace(agent=agent), config, devices=two_devices)
+    result = system.run(None, seed=0)
+    seen = np.asarray(result.state.learner.agent_state["seen"])
+    np.testing.assert_array_equal(seen, [[48, 48], [48, 48]])  # [members, devices]

@@ -81,6 +81,15 @@ def make_learner(
     def pmean(x):
         return jax.lax.pmean(x, axis_name) if axis_name is not None else x
 
+    def own(agent_state):
+        """This device's agent state: ``[1, ...] -> [...]`` when kept per device."""
+        return jax.tree.map(lambda x: x[0], agent_state) if agent.state_per_device else agent_state
+
+    def shared(agent_state):
+        return (
+            jax.tree.map(lambda x: x[None], agent_state) if agent.state_per_device else agent_state
+        )
+
     def mean_fn(x):
         return pmean(jnp.mean(x))
 
@@ -92,7 +101,9 @@ def make_learner(
             opt_state=optimizer.init(params),
             key=state_key,
             update_count=jnp.zeros((), jnp.int32),
-            agent_state=agent.init_state(jax.random.fold_in(key, AGENT_STATE_STREAM), params),
+            agent_state=shared(
+                agent.init_state(jax.random.fold_in(key, AGENT_STATE_STREAM), params)
+            ),
         )
 
     def local(params, batch):
@@ -172,7 +183,8 @@ def make_learner(
 
     def update(state: LearnerState, traj: Trajectory):
         key, epochs_key = jax.random.split(state.key)
-        batch = agent.prepare(state.params, state.agent_state, traj, mean_fn)
+        own_state = own(state.agent_state)
+        batch = agent.prepare(state.params, own_state, traj, mean_fn)
         num_samples = jax.tree.leaves(batch)[0].shape[0]
         if num_samples % num_minibatches:
             raise ConfigValueError(
@@ -202,8 +214,31 @@ def make_learner(
             epoch, (state.params, state.opt_state), jax.random.split(epochs_key, num_epochs)
         )
         metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
-        agent_state = agent.update_state(state.agent_state, params, traj, mean_fn)
+        agent_state = shared(agent.update_state(own_state, params, traj, mean_fn))
         new_state = LearnerState(params, opt_state, key, state.update_count + 1, agent_state)
         return new_state, metrics
 
     return Learner(init=init, update=update)
+
+
+def per_device(agent: Agent, state: LearnerState, num_devices: int) -> LearnerState:
+    """``state`` (from ``Learner.init``) for ``num_devices`` devices: an agent state kept per
+    device (``Agent.state_per_device``) repeated to ``[num_devices, ...]``, each device starting
+    from the same; otherwise ``state`` itself."""
+    if not agent.state_per_device:
+        return state
+    return state._replace(
+        agent_state=jax.tree.map(lambda x: jnp.repeat(x, num_devices, axis=0), state.agent_state)
+    )
+
+
+def state_specs(agent: Agent, spec, device_spec) -> LearnerState:
+    """The ``PartitionSpec`` s of a :class:`LearnerState`: ``spec`` for every field, and
+    ``device_spec`` (``spec`` with the data axis added) for an agent state kept per device."""
+    return LearnerState(
+        params=spec,
+        opt_state=spec,
+        key=spec,
+        update_count=spec,
+        agent_state=device_spec if agent.state_per_device else spec,
+    )

@@ -36,6 +36,8 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import seeding
 from podracer.config import ConfigValueError
+from podracer.core.learner import per_device
+from podracer.core.learner import state_specs as learner_specs
 from podracer.core.rollout import reset_actor_state
 from podracer.loops.common import RunResult, summary, train_record
 from podracer.loops.recipe import Recipe
@@ -304,7 +306,11 @@ def run(
     slot = ParamsSlot(lifetime)
     queues = [TrajectoryQueue(lifetime, config.queue_size) for _ in range(config.num_actors)]
     traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
-    replicated = NamedSharding(learner_mesh, P())
+    specs = learner_specs(agent, P(), P(DATA_AXIS))
+    state_sharding = jax.tree.map(
+        lambda spec: NamedSharding(learner_mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
+    )
+    num_devices = learner_mesh.devices.size
 
     learner = recipe.learner(axis_name=DATA_AXIS)
 
@@ -316,8 +322,8 @@ def run(
         jax.shard_map(
             update_all,
             mesh=learner_mesh,
-            in_specs=(P(), P(None, DATA_AXIS)),
-            out_specs=(P(), P()),
+            in_specs=(specs, P(None, DATA_AXIS)),
+            out_specs=(specs, P()),
         ),
         donate_argnums=0,
     )
@@ -327,10 +333,11 @@ def run(
     example_obs = recipe.example_obs()
     if state is None:
         state = jax.jit(
-            lambda obs: learner.init(jax.random.key(seed), obs), out_shardings=replicated
+            lambda obs: per_device(agent, learner.init(jax.random.key(seed), obs), num_devices),
+            out_shardings=state_sharding,
         )(example_obs)
     else:
-        state = jax.device_put(state, replicated)
+        state = jax.device_put(state, state_sharding)
     act = make_act(agent)
     batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
     initial_actor_state = agent.initial_actor_state(config.envs_per_actor)

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from podracer import host_envs, loops, seeding
+from podracer.core.learner import per_device
 from podracer.loops import Loop
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import Recipe
@@ -67,9 +68,12 @@ class SebulbaSystem(NamedTuple):
     env_options: dict[str, Any] | None = None
 
     def init(self, seed: int):
-        """A freshly initialised learner state, on the host (also a checkpoint's template)."""
+        """A freshly initialised learner state, on the host (also a checkpoint's template); an
+        agent state kept per device has one entry per learner device of every process."""
         learner = self.recipe.learner()
-        return jax.jit(learner.init)(jax.random.key(seed), self.recipe.example_obs())
+        state = jax.jit(learner.init)(jax.random.key(seed), self.recipe.example_obs())
+        learners = len(self.config.learner_device_ids) * jax.process_count()
+        return per_device(self.recipe.agent, state, learners)
 
     def run(
         self,
