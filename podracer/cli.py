@@ -214,17 +214,18 @@ def parse_train_args(argv: Sequence[str]):
         if getattr(selectors, name) is None:
             setattr(selectors, name, file.get(name, default))
     from podracer import loops
-    from podracer.config import ConfigError
 
     if selectors.arch not in loops.names():
         raise CLIError(
             f"--arch={selectors.arch!r} is not allowed: choose one of {', '.join(loops.names())}"
         )
     loop = loops.get(selectors.arch)
-    try:
-        agent_spec = agents.get(selectors.agent)
-    except ConfigError as error:
-        raise CLIError(f"--agent={selectors.agent!r} is not allowed: {error}") from None
+    if ":" not in selectors.agent and selectors.agent not in agents.AGENTS:
+        raise CLIError(
+            f"--agent={selectors.agent!r} is not allowed: choose one of "
+            f"{', '.join(agents.AGENTS)}, or module:SPEC (an AgentSpec of your own)"
+        )
+    agent_spec = agents.get(selectors.agent)
     if selectors.total_timesteps <= 0:
         raise CLIError(
             f"--total-timesteps={selectors.total_timesteps} is not allowed: it must be > 0"

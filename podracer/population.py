@@ -143,9 +143,14 @@ def parse_ranges(config: PopulationConfig, field: str) -> dict[str, tuple[float,
     return out
 
 
-def spaces(agent_spec: AgentSpec, config: PopulationConfig) -> dict[str, Space]:
-    """The bounds of the carried hyper-parameters: the agent spec's ``search_space``, then
-    ``config.bounds``. An unknown name is an error that lists the agent's."""
+def spaces(agent_spec: AgentSpec | str, config: PopulationConfig) -> dict[str, Space]:
+    """The bounds of the carried hyper-parameters: the agent spec's ``search_space`` (a spec or a
+    registered agent's name), then ``config.bounds``. An unknown name is an error that lists the
+    agent's."""
+    if isinstance(agent_spec, str):
+        from podracer import agents
+
+        agent_spec = agents.get(agent_spec)
     known = agent_spec.search_space
     for name in config.hparams:
         if name not in known:
@@ -494,6 +499,34 @@ def build_system(
     )
 
 
+def build(
+    env_id: str,
+    agent_config: Any,
+    config,
+    population: PopulationConfig,
+    *,
+    total_timesteps: int,
+    seed: int = 0,
+    devices: Sequence[jax.Device] | None = None,
+    hparams: dict[str, Sequence[float]] | None = None,
+):
+    """:func:`build_system` of a registered agent's config on the Anakin loop."""
+    from podracer import agents, loops
+
+    return build_system(
+        loops.get("anakin"),
+        env_id,
+        agents.spec_of(agent_config),
+        agent_config,
+        config,
+        population,
+        total_timesteps=total_timesteps,
+        seed=seed,
+        devices=devices,
+        hparams=hparams,
+    )
+
+
 def train(
     env_id: str,
     agent_config: Any,
@@ -507,15 +540,11 @@ def train(
     hparams: dict[str, Sequence[float]] | None = None,
     **run_options: Any,
 ):
-    """Builds the population on the Anakin loop (:func:`build_system`) and runs it; the
-    result's ``events`` are the leaderboard records, and its summary adds the last
-    leaderboard's scores (``final_scores``, ``final_best_score``, ``final_median_score``)."""
-    from podracer import agents, loops
-
-    system = build_system(
-        loops.get("anakin"),
+    """Builds the population on the Anakin loop (:func:`build`) and runs it; the result's
+    ``events`` are the leaderboard records, and its summary adds the last leaderboard's scores
+    (``final_scores``, ``final_best_score``, ``final_median_score``)."""
+    system = build(
         env_id,
-        agents.spec_of(agent_config),
         agent_config,
         config,
         population,

@@ -9,11 +9,11 @@ from podracer.anakin import (
     AnakinConfig,
     build,
     choose_updates_per_call,
-    final_returns,
     run,
     train,
 )
 from podracer.config import ConfigError
+from podracer.loops.common import final_returns
 
 SMALL = AnakinConfig(num_envs=4, rollout_len=16, updates_per_call=3)
 SMALL_PPO = PPOConfig(num_minibatches=2, num_epochs=2)

@@ -88,7 +88,10 @@ def test_overrides_reach_the_configs():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--agent", "sarsa"], "--agent='sarsa' is not allowed: choose one of ppo, qlambda"),
+        (
+            ["--agent", "sarsa"],
+            "--agent='sarsa' is not allowed: choose one of ppo, qlambda, impala",
+        ),
         (["--env", "gymnax:Cartpole-v1"], "unknown environment id 'gymnax:Cartpole-v1'"),
         (["--arch", "podrace"], "--arch='podrace' is not allowed"),
         (["--arch.num-envs", "3", "--agent.num-minibatches", "1"], "AnakinConfig.num_envs=3"),
