@@ -48,7 +48,7 @@ def test_known_docstrings_and_flags():
     )
     assert "| `--arch.num-envs` | `int` | `4` |" in text
     assert "| `--agent.hidden-sizes` | `tuple[int, ...]` | `64 64` |" in text
-    assert "PPO hyper-parameters." in text  # the class docstring
+    assert "PPO hyper-parameters (and the actor-critic" in text  # the class docstring
     assert "## `--arch sebulba`" in text
     assert config_reference.flag("agent", "num_minibatches") == "--agent.num-minibatches"
 
