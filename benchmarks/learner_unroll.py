@@ -51,7 +51,7 @@ def example_trajectory(num_steps: int, num_envs: int, num_actions: int) -> Traje
             action=action,
             log_prob=np.asarray(log_prob),
             value=np.zeros((num_steps, num_envs), np.float32),
-            logits=logits,
+            extras={"logits": logits},
         ),
     )
 

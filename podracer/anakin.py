@@ -31,7 +31,7 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import envs, loops, seeding
 from podracer.config import ConfigError, ConfigValueError, check_choice, check_positive
-from podracer.core.learner import per_device
+from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.wrappers import EpisodeStatistics
@@ -94,7 +94,7 @@ class AnakinState(NamedTuple):
     """The whole state of an Anakin run; every leaf has a leading seed (member) axis ``[S]``,
     split over the mesh's MEMBER_AXIS."""
 
-    learner: LearnerState  # replicated over DATA_AXIS
+    learner: LearnerState  # replicated over DATA_AXIS (a per-device agent state: split over it)
     rollout: RolloutState  # [S, num_envs, ...], split over DATA_AXIS along the env axis
     key: jax.Array  # [S] acting keys (each device folds in its index)
     hparams: dict[str, jax.Array]  # [S] each: the members' traced hyper-parameters
@@ -160,7 +160,7 @@ class Anakin(NamedTuple):
         )
 
         def one(params, agent_state, key):
-            return evaluate(agent.actor_params(params, agent_state), key)
+            return evaluate(agent.actor_params(params, one_device(agent, agent_state)), key)
 
         per_member = jax.jit(jax.vmap(one))
         num_members = self.config.num_seeds
@@ -305,7 +305,9 @@ def make_anakin(
         agent, learner, rollout = parts(state.hparams)
         key, rollout_key = jax.random.split(state.key)
         rollout_key = jax.random.fold_in(rollout_key, jax.lax.axis_index(DATA_AXIS))
-        acting = agent.actor_params(state.learner.params, state.learner.agent_state)
+        acting = agent.actor_params(
+            state.learner.params, one_device(agent, state.learner.agent_state)
+        )
         rollout_state, traj, info = rollout(acting, state.rollout, env_params, rollout_key)
         learner_state, learner_metrics = learner.update(state.learner, traj)
         metrics = UpdateMetrics(

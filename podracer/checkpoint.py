@@ -24,6 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
+from podracer.parallel import fetch
 from podracer.rundir import CHECKPOINT_DIR
 
 
@@ -69,7 +70,7 @@ def _by_name(saved, abstract):
                 node = node[key.idx]
             else:
                 node = node[getattr(key, "name", getattr(key, "key", None))]
-        value = np.asarray(node, spec.dtype)
+        value = np.asarray(fetch(node), spec.dtype)  # gathered when split over processes
         if value.shape != spec.shape:
             raise ValueError(f"{jax.tree_util.keystr(path)}: saved {value.shape}, not {spec.shape}")
         if spec.sharding is None:
@@ -200,7 +201,15 @@ class Checkpointer:
                         state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
                     ),
                 )
-                state = _by_name(restored.state, _abstract(template))
+                try:
+                    state = _by_name(restored.state, _abstract(template))
+                except (KeyError, IndexError, TypeError, ValueError) as missing:
+                    raise CheckpointError(
+                        f"the checkpoint of step {step} in {self.directory} does not fit this "
+                        f"run: its state differs from what the run's config builds ({missing})"
+                    ) from mismatch
+        except CheckpointError:
+            raise
         except Exception as error:  # orbax raises many kinds for a damaged directory
             earlier = [s for s in steps if s < step]
             hint = (

@@ -42,6 +42,7 @@ import numpy as np
 
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import ConfigError, check_choice, check_positive
+from podracer.core.learner import one_device
 from podracer.loops import Loop, Members, Periodic
 
 
@@ -339,7 +340,9 @@ def tournament_step(state, scores: jax.Array, config: PopulationConfig, bounds, 
     )
     replaced = src != jnp.arange(scores.shape[0], dtype=src.dtype)
     learner = state.learner._replace(
-        params=_take(state.learner.params, src), opt_state=_take(state.learner.opt_state, src)
+        params=_take(state.learner.params, src),
+        opt_state=_take(state.learner.opt_state, src),
+        agent_state=_take(state.learner.agent_state, src),
     )
     hparams = perturb(
         perturb_key,
@@ -363,12 +366,13 @@ def tournament_step(state, scores: jax.Array, config: PopulationConfig, bounds, 
 
 
 def make_periodic(env, build, config: PopulationConfig, bounds: dict[str, Space]):
-    """The :class:`podracer.anakin.Periodic` of a population: evaluation, leaderboard record and
+    """The :class:`podracer.loops.Periodic` of a population: evaluation, leaderboard record and
     tournament every ``config.interval`` updates. ``build(hparams) -> (agent, optimizer)``."""
     from podracer.evaluation import make_evaluator
 
-    def evaluate_one(params, hparams, key):
+    def evaluate_one(params, agent_state, hparams, key):
         agent, _ = build(hparams)
+        params = agent.actor_params(params, one_device(agent, agent_state))
         evaluate = make_evaluator(
             env,
             agent,
@@ -376,13 +380,16 @@ def make_periodic(env, build, config: PopulationConfig, bounds: dict[str, Space]
             greedy=config.eval_greedy,
             max_steps=config.eval_max_steps,
         )
-        return jnp.mean(evaluate(params, key))  # the learner's params; no agent state here
+        return jnp.mean(evaluate(params, key))
 
     def apply(state):
         lineage: Lineage = state.periodic
         updates = state.learner.update_count[0]
         eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, updates))(lineage.key)
-        scores = jax.vmap(evaluate_one)(state.learner.params, state.hparams, eval_keys)
+        learner = state.learner
+        scores = jax.vmap(evaluate_one)(
+            learner.params, learner.agent_state, state.hparams, eval_keys
+        )
         before = {
             "scores": scores,
             "hparams": state.hparams,

@@ -224,7 +224,7 @@ def default_run_dir(spec: RunSpec, root: str = "runs", kind: str | None = None) 
 
 
 class _Hooks:
-    """Periodic evaluation and checkpoints between calls (:class:`podracer.anakin.RunHooks`)."""
+    """Periodic evaluation and checkpoints between calls (:class:`podracer.loops.RunHooks`)."""
 
     def __init__(self, spec: RunSpec, checkpointer, logger, evaluate, steps_per_update, start):
         options = spec.options

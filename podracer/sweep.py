@@ -196,6 +196,8 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
     loop = loops.get(spec.arch)
     agent_spec = agents.get(spec.agent)
     check_grid(agent_spec, spec.agent_config, grid)
+    env_spec = loop.probe(spec.env, spec.arch_config, spec.seed)  # a bad id fails before writing
+    agent_spec.make_agent(spec.agent_config, env_spec.action)  # and a wrong action kind
     if loop.members_in_one_program:
         runs.save_spec(
             run_dir,

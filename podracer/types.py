@@ -45,7 +45,7 @@ class BoundedActionSpec(NamedTuple):
 
 
 ActionSpec = DiscreteActionSpec | BoundedActionSpec
-"""What an agent is built for: ``make_agent(config, env_spec)`` reads it."""
+"""What an agent is built for: ``make_agent(config, action_spec)`` reads it."""
 
 
 class EnvSpec(NamedTuple):
@@ -173,8 +173,14 @@ def acting_params(params: Params, agent_state: Any) -> Params:
 def greedy_from_logits(out: ActorOutput) -> Array:
     """``Agent.greedy`` of a categorical policy or a Q agent: the largest of
     ``out.extras["logits"]`` (the q-values for Q agents)."""
-    logits = out.extras["logits"]
-    return logits.argmax(axis=-1).astype(out.action.dtype)
+    if not isinstance(out.extras, dict) or "logits" not in out.extras:
+        from podracer.config import ConfigError
+
+        raise ConfigError(
+            "greedy evaluation needs the agent's greedy action: its ActorOutput.extras has no "
+            "'logits'; give Agent.greedy, or evaluate with --eval-stochastic"
+        )
+    return out.extras["logits"].argmax(axis=-1).astype(out.action.dtype)
 
 
 class Agent(NamedTuple):
@@ -207,7 +213,9 @@ class Agent(NamedTuple):
       slot is kept per device instead (a replay buffer's shard): its leaves carry a leading
       device axis ``[D, ...]`` split over the data axis, and ``update_state`` and ``prepare``
       see their own device's ``[...]``;
-    - ``actor_params(params, agent_state) -> what act receives as params`` (default: params).
+    - ``actor_params(params, agent_state) -> what act receives as params`` (default: params);
+      with ``state_per_device`` it sees one device's slot (in Anakin the actor's own device's,
+      in Sebulba and evaluation the first learner device's).
     """
 
     init: Callable[[PRNGKey, Array], Params]
@@ -220,16 +228,6 @@ class Agent(NamedTuple):
     update_state: Callable[[Any, Params, Trajectory, MeanFn], Any] = keep_agent_state
     actor_params: Callable[[Params, Any], Params] = acting_params
     state_per_device: bool = False
-
-
-def stateless(act: Callable[[Params, Array, PRNGKey], ActorOutput]):
-    """``act(params, actor_state, obs, key) -> (actor_state, out)`` from a stateless
-    ``act(params, obs, key) -> out``."""
-
-    def stateful(params, actor_state, obs, key):
-        return actor_state, act(params, obs, key)
-
-    return stateful
 
 
 class Learner(NamedTuple):

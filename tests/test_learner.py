@@ -14,7 +14,7 @@ from podracer.agents import IMPALAConfig, PPOConfig, QLambdaConfig, build
 from podracer.anakin import AnakinConfig
 from podracer.config import ConfigError
 from podracer.core import make_learner, make_rollout, reset_envs
-from podracer.loops.layout import learner_layout as choose_execution
+from podracer.loops.layout import learner_layout
 from podracer.parallel import DATA_AXIS, data_mesh
 
 
@@ -290,15 +290,15 @@ def test_microbatched_update_on_two_devices_equals_one_device(one_device, two_de
 def test_execution_is_chosen_per_backend_and_torso():
     cpu = jax.devices("cpu")[:1]
     loop = AnakinConfig()
-    assert choose_execution(IMPALAConfig(torso="impala_resnet"), loop, cpu) == (1, 32)
-    assert choose_execution(PPOConfig(torso="nature_cnn"), loop, cpu) == (True, 32)
-    assert choose_execution(PPOConfig(), loop, cpu) == (1, 0)
+    assert learner_layout(IMPALAConfig(torso="impala_resnet"), loop, cpu) == (1, 32)
+    assert learner_layout(PPOConfig(torso="nature_cnn"), loop, cpu) == (True, 32)
+    assert learner_layout(PPOConfig(), loop, cpu) == (1, 0)
     for platform in ("gpu", "tpu"):  # the CPU layout must not leak into the accelerators' path
         accelerator = [types.SimpleNamespace(platform=platform)]
-        assert choose_execution(IMPALAConfig(torso="impala_resnet"), loop, accelerator) == (1, 0)
-        assert choose_execution(PPOConfig(torso="nature_cnn"), loop, accelerator) == (1, 0)
+        assert learner_layout(IMPALAConfig(torso="impala_resnet"), loop, accelerator) == (1, 0)
+        assert learner_layout(PPOConfig(torso="nature_cnn"), loop, accelerator) == (1, 0)
     asked = AnakinConfig(learner_unroll=2, learner_microbatch=256)
-    assert choose_execution(IMPALAConfig(torso="impala_resnet"), asked, cpu) == (2, 256)
+    assert learner_layout(IMPALAConfig(torso="impala_resnet"), asked, cpu) == (2, 256)
     with pytest.raises(ConfigError, match="learner_microbatch=-1 is not allowed"):
         AnakinConfig(learner_microbatch=-1)
     with pytest.raises(ValueError, match="microbatch_steps=-1 must be >= 0"):

@@ -73,7 +73,7 @@ class PPOBatch(NamedTuple):
     obs: jax.Array
     action: jax.Array  # i32
     log_prob: jax.Array  # behaviour log-probability
-    value: jax.Array  # behaviour value estimate (the centre of the value clipping)
+    value: jax.Array  # v(obs) of the params before this update (the value clipping's centre)
     advantage: jax.Array  # normalised when asked
     target: jax.Array  # lambda-return, the value target
 
@@ -118,7 +118,7 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
             obs=traj.obs,
             action=traj.action,
             log_prob=traj.behaviour.log_prob,
-            value=traj.behaviour.value,
+            value=v_tm1,
             advantage=advantage,
             target=target,
         )

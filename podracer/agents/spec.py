@@ -23,7 +23,8 @@ from podracer.types import ActionSpec, Agent, DiscreteActionSpec, Learner
 
 class Space(NamedTuple):
     """Where a traced hyper-parameter may go: ``[low, high]``, searched on a log scale when
-    ``log`` (sweeps check their values against it, populations perturb within it)."""
+    ``log``: populations spread, perturb and clip their members' values within it (sweeps take
+    any value the config accepts)."""
 
     low: float
     high: float
@@ -101,7 +102,8 @@ def load_attribute(path: str, what: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        if error.name is None or not module_name.startswith(error.name):
+        missing = error.name
+        if missing is None or not (missing == module_name or module_name.startswith(missing + ".")):
             raise  # the module exists; one of its own imports is missing
         raise ConfigValueError(
             f"{what} {path!r}: no module named {module_name!r} on sys.path or in the current "

@@ -44,7 +44,8 @@ def make_learner(
        ``num_minibatches`` minibatches; for each, ``grad(agent.loss)``, ``lax.pmean`` of the
        gradients over ``axis_name`` when set, and the optax update;
     3. ``agent_state = agent.update_state(agent_state, new_params, traj, mean_fn)``: the agent's
-       own slot (a target network, statistics), kept equal on every device by ``mean_fn``.
+       own slot (a target network, statistics), kept equal on every device by ``mean_fn``, or
+       each device's own with ``Agent.state_per_device``.
 
     Metrics are the losses' metrics averaged over epochs, minibatches and devices.
 
@@ -82,8 +83,7 @@ def make_learner(
         return jax.lax.pmean(x, axis_name) if axis_name is not None else x
 
     def own(agent_state):
-        """This device's agent state: ``[1, ...] -> [...]`` when kept per device."""
-        return jax.tree.map(lambda x: x[0], agent_state) if agent.state_per_device else agent_state
+        return one_device(agent, agent_state)
 
     def shared(agent_state):
         return (
@@ -219,6 +219,15 @@ def make_learner(
         return new_state, metrics
 
     return Learner(init=init, update=update)
+
+
+def one_device(agent: Agent, agent_state):
+    """One device's agent state: with ``Agent.state_per_device`` the first entry of the device
+    axis (inside ``shard_map``, this device's own), else the state itself. What ``prepare``,
+    ``update_state`` and ``actor_params`` receive."""
+    if not agent.state_per_device:
+        return agent_state
+    return jax.tree.map(lambda x: x[0], agent_state)
 
 
 def per_device(agent: Agent, state: LearnerState, num_devices: int) -> LearnerState:

@@ -55,7 +55,19 @@ def make(env_id: str, **kwargs):
                 f"environment id {env_id!r} names a {type(factory).__name__}: give a class or a "
                 "function that returns an Environment (docs/environments.md)"
             )
-        return factory(**kwargs)
+        env = factory(**kwargs)
+        missing = [
+            name
+            for name in ("reset", "step", "observation_spec", "action_spec", "default_params")
+            if not hasattr(env, name)
+        ]
+        if missing:
+            raise ConfigValueError(
+                f"environment id {env_id!r} made a {type(env).__name__}, which has no "
+                f"{', '.join(missing)}: it must follow podracer.types.Environment "
+                "(docs/environments.md)"
+            )
+        return env
     known = (*KNOWN_IDS, *_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""

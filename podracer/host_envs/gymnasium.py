@@ -171,7 +171,7 @@ class GymnasiumEnvironment:
         seed = None if self._seeded else self._seed
         obs, _ = self._vec.reset(seed=seed)
         self._seeded = True
-        obs = np.asarray(obs)
+        obs = np.asarray(obs, self.observation_spec.dtype)
         self._return[:] = 0.0
         self._length[:] = 0
         self._started = True
@@ -193,7 +193,7 @@ class GymnasiumEnvironment:
         actions = self._check_actions(actions)
         if self._same_step:
             obs, reward, terminated, truncated, infos = self._vec.step(actions)
-            obs = np.asarray(obs)
+            obs = np.asarray(obs, self.observation_spec.dtype)
             terminated = np.asarray(terminated, bool)
             truncated = np.asarray(truncated, bool)
             final_obs = obs
@@ -201,7 +201,7 @@ class GymnasiumEnvironment:
                 ended = np.flatnonzero(infos["_final_obs"])
                 final_obs = obs.copy()
                 for i in ended:
-                    final_obs[i] = np.asarray(infos["final_obs"][i])
+                    final_obs[i] = np.asarray(infos["final_obs"][i], obs.dtype)
         else:
             obs, final_obs, reward, terminated, truncated = self._step_sub_envs(actions)
         truncated = truncated & ~terminated
@@ -233,8 +233,12 @@ class GymnasiumEnvironment:
             if terminated[i] or truncated[i]:
                 last, _ = env.reset()
             obs.append(np.asarray(last))
-        obs = np.stack(obs)
-        final_obs = np.stack(final_obs) if (terminated | truncated).any() else obs
+        obs = np.stack(obs).astype(self.observation_spec.dtype, copy=False)
+        final_obs = (
+            np.stack(final_obs).astype(obs.dtype, copy=False)
+            if (terminated | truncated).any()
+            else obs
+        )
         return obs, final_obs, reward, terminated, truncated
 
     def close(self) -> None:

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 
 from podracer.envs.wrappers import EpisodeStatistics
-from podracer.types import TimeStep
+from podracer.host_envs.checks import discrete_actions
+from podracer.types import DiscreteActionSpec, TimeStep
 
 
 class JaxHostEnvironment:
@@ -57,7 +58,19 @@ class JaxHostEnvironment:
         return jax.device_get(ts)
 
     def step(self, actions) -> TimeStep:
-        actions = jax.device_put(np.asarray(actions, np.int32), self._device)
+        spec = self.action_spec
+        if isinstance(spec, DiscreteActionSpec):
+            actions = discrete_actions(self.id, actions, self.num_envs, spec.num_actions)
+            actions = actions.astype(np.int32)
+        else:
+            actions = np.asarray(actions, spec.dtype)
+            shape = (self.num_envs, *spec.shape)
+            if actions.shape != shape:
+                raise ValueError(
+                    f"{self.id}: actions of shape {actions.shape} are not allowed: give one "
+                    f"action of shape {spec.shape} per environment, shape {shape}"
+                )
+        actions = jax.device_put(actions, self._device)
         self._state, ts = self._step(self._next_key(), self._state, actions)
         return jax.device_get(ts)
 

@@ -36,7 +36,7 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import seeding
 from podracer.config import ConfigValueError
-from podracer.core.learner import per_device
+from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
 from podracer.core.rollout import reset_actor_state
 from podracer.loops.common import RunResult, summary, train_record
@@ -284,17 +284,8 @@ def run(
             "SebulbaConfig's device ids name every process's local devices"
         )
     devices = list(devices if devices is not None else jax.local_devices())
-    for field in ("actor_device_ids", "learner_device_ids"):
-        bad = [i for i in getattr(config, field) if i >= len(devices)]
-        if bad:
-            raise ConfigValueError(
-                f"SebulbaConfig.{field} has ids {bad} but only {len(devices)} local devices exist"
-            )
     actor_devices = [devices[i] for i in config.actor_device_ids]
-    if num_processes > 1:
-        learner_mesh = data_mesh(devices_by_local_ids(config.learner_device_ids))
-    else:
-        learner_mesh = data_mesh([devices[i] for i in config.learner_device_ids])
+    learner_mesh = make_learner_mesh(config, devices)
     first_actor = jax.process_index() * config.num_actors  # global index of local actor 0
     steps_per_update, num_updates = recipe.steps_per_update, recipe.num_updates
     if not 0 <= start_update < num_updates:
@@ -310,7 +301,6 @@ def run(
     state_sharding = jax.tree.map(
         lambda spec: NamedSharding(learner_mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
     )
-    num_devices = learner_mesh.devices.size
 
     learner = recipe.learner(axis_name=DATA_AXIS)
 
@@ -332,16 +322,16 @@ def run(
     t0 = time.perf_counter()
     example_obs = recipe.example_obs()
     if state is None:
-        state = jax.jit(
-            lambda obs: per_device(agent, learner.init(jax.random.key(seed), obs), num_devices),
-            out_shardings=state_sharding,
-        )(example_obs)
-    else:
+        state = init_state(recipe, config, seed, devices)
+    else:  # a no-op for a state made by init_state or restored into it
         state = jax.device_put(state, state_sharding)
     act = make_act(agent)
     batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
     initial_actor_state = agent.initial_actor_state(config.envs_per_actor)
-    acting = agent.actor_params
+
+    def acting(params, agent_state):
+        return agent.actor_params(params, one_device(agent, agent_state))
+
     _, out_shape = jax.eval_shape(
         agent.act,
         acting(state.params, state.agent_state),
@@ -527,6 +517,40 @@ def run(
         queue_size_mean=float(np.mean(history["queue_size"])),
     )
     return RunResult(numbers, state, hist)
+
+
+def make_learner_mesh(config: SebulbaConfig, devices: Sequence[jax.Device] | None = None):
+    """The learner mesh: the learner device ids' devices of every process, over DATA_AXIS.
+    ``devices`` are the local devices the ids index (default ``jax.local_devices()``)."""
+    devices = list(devices if devices is not None else jax.local_devices())
+    for field in ("actor_device_ids", "learner_device_ids"):
+        bad = [i for i in getattr(config, field) if i >= len(devices)]
+        if bad:
+            raise ConfigValueError(
+                f"SebulbaConfig.{field} has ids {bad} but only {len(devices)} local devices exist"
+            )
+    if jax.process_count() > 1:
+        return data_mesh(devices_by_local_ids(config.learner_device_ids))
+    return data_mesh([devices[i] for i in config.learner_device_ids])
+
+
+def init_state(
+    recipe: Recipe, config: SebulbaConfig, seed: int, devices: Sequence[jax.Device] | None = None
+) -> LearnerState:
+    """The learner's initial state, made on the learner mesh (with several processes, every
+    process makes its part of it; a checkpoint restores into it in place)."""
+    mesh = make_learner_mesh(config, devices)
+    specs = learner_specs(recipe.agent, P(), P(DATA_AXIS))
+    sharding = jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
+    )
+    learner = recipe.learner(axis_name=DATA_AXIS)
+    return jax.jit(
+        lambda obs: per_device(
+            recipe.agent, learner.init(jax.random.key(seed), obs), mesh.devices.size
+        ),
+        out_shardings=sharding,
+    )(recipe.example_obs())
 
 
 def _join(threads) -> None:

@@ -11,12 +11,12 @@ import jax
 import numpy as np
 
 from podracer import host_envs, loops, seeding
-from podracer.core.learner import per_device
+from podracer.core.learner import one_device
 from podracer.loops import Loop
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import Recipe
 from podracer.sebulba.config import SebulbaConfig
-from podracer.sebulba.system import run
+from podracer.sebulba.system import init_state, run
 from podracer.types import EnvSpec, HostEnvironment
 
 DEFAULT_ENV = "envpool:CartPole-v1"
@@ -35,7 +35,7 @@ def env_factory(
             env_id,
             num_envs=config.envs_per_actor,
             batch_size=config.async_batch_size or None,
-            seed=seed * seeding.ENV_SEED_STRIDE + actor + 1,
+            seed=seeding.env_seed(seed, actor),
             num_threads=config.env_threads,
             **(env_options or {}),
         )
@@ -68,12 +68,9 @@ class SebulbaSystem(NamedTuple):
     env_options: dict[str, Any] | None = None
 
     def init(self, seed: int):
-        """A freshly initialised learner state, on the host (also a checkpoint's template); an
-        agent state kept per device has one entry per learner device of every process."""
-        learner = self.recipe.learner()
-        state = jax.jit(learner.init)(jax.random.key(seed), self.recipe.example_obs())
-        learners = len(self.config.learner_device_ids) * jax.process_count()
-        return per_device(self.recipe.agent, state, learners)
+        """A freshly initialised learner state on the learner mesh (also a checkpoint's template,
+        so that a checkpoint restores in place, on every process)."""
+        return init_state(self.recipe, self.config, seed, self.devices)
 
     def run(
         self,
@@ -116,7 +113,8 @@ class SebulbaSystem(NamedTuple):
         def evaluate(state, updates) -> np.ndarray:
             env = make_env(0)
             try:
-                params = jax.device_get(agent.actor_params(state.params, state.agent_state))
+                agent_state = one_device(agent, state.agent_state)
+                params = jax.device_get(agent.actor_params(state.params, agent_state))
                 returns = evaluate_host(env, agent, params, eval_key(seed, updates), greedy=greedy)
             finally:
                 env.close()
