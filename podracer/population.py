@@ -506,31 +506,14 @@ def build_system(
     )
 
 
-def build(
-    env_id: str,
-    agent_config: Any,
-    config,
-    population: PopulationConfig,
-    *,
-    total_timesteps: int,
-    seed: int = 0,
-    devices: Sequence[jax.Device] | None = None,
-    hparams: dict[str, Sequence[float]] | None = None,
-):
-    """:func:`build_system` of a registered agent's config on the Anakin loop."""
+def build(env_id: str, agent_config: Any, config, population: PopulationConfig, **kwargs: Any):
+    """:func:`build_system` of a registered agent's config on the Anakin loop; ``kwargs``:
+    ``total_timesteps``, ``seed``, ``devices``, ``hparams``."""
     from podracer import agents, loops
 
+    spec = agents.spec_of(agent_config)
     return build_system(
-        loops.get("anakin"),
-        env_id,
-        agents.spec_of(agent_config),
-        agent_config,
-        config,
-        population,
-        total_timesteps=total_timesteps,
-        seed=seed,
-        devices=devices,
-        hparams=hparams,
+        loops.get("anakin"), env_id, spec, agent_config, config, population, **kwargs
     )
 
 
