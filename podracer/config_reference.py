@@ -148,18 +148,26 @@ def render_section(section: ConfigSection) -> str:
     if section.note:
         lines += [section.note, ""]
     lines += ["| flag | type | default | help |", "|---|---|---|---|"]
+    lines += _field_rows(cls, lambda name: [f"`{flag(section.prefix, name)}`"])
+    return "\n".join(lines) + "\n"
+
+
+def _field_rows(cls, first_cells) -> list[str]:
+    """A table row per init field of ``cls``: ``first_cells(name)``, then its type, default and
+    docstring."""
     docs = field_docs(cls)
+    rows = []
     for field in dataclasses.fields(cls):
         if not field.init:
             continue
-        row = (
-            f"`{flag(section.prefix, field.name)}`",
+        cells = (
+            *first_cells(field.name),
             f"`{_cell(type_name(field))}`",
             f"`{_cell(command_line_value(default_value(field)))}`",
             _cell(docs.get(field.name, "")),
         )
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
 
 
 def render_train_flags() -> str:
@@ -201,16 +209,7 @@ def render_run_options() -> str:
         "| flag | `options` key | type | default | help |",
         "|---|---|---|---|---|",
     ]
-    docs = field_docs(RunOptions)
-    for field in dataclasses.fields(RunOptions):
-        row = (
-            f"`{OPTION_FLAGS[field.name]}`",
-            f"`{field.name}`",
-            f"`{_cell(type_name(field))}`",
-            f"`{_cell(command_line_value(default_value(field)))}`",
-            _cell(docs.get(field.name, "")),
-        )
-        lines.append("| " + " | ".join(row) + " |")
+    lines += _field_rows(RunOptions, lambda name: [f"`{OPTION_FLAGS[name]}`", f"`{name}`"])
     return "\n".join(lines) + "\n"
 
 
