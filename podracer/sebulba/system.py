@@ -153,7 +153,9 @@ class AsyncCollector:
     back from ``recv`` with the result of the action it was sent. When every env has ``T``
     complete transitions, the first ``T`` of each form the trajectory (time-major, env order);
     later ones wait for the next trajectory. Each env's actor state is kept here (NumPy rows)
-    and reset where its episode starts.
+    and reset where its episode starts. The statistics of a rollout are those of the episodes
+    that end inside its trajectory (an episode that ends in a transition held back for the next
+    trajectory counts there), so every episode counts once, with the trajectory it is in.
     """
 
     def __init__(self, env, rollout_len: int, initial_actor_state: Any = ()):
@@ -166,15 +168,21 @@ class AsyncCollector:
         env.async_reset()
 
     def rollout(self, act, params, key, timers: Timers):
-        episodes, return_sum, length_sum = 0, 0.0, 0
         while min(len(b) for b in self.buffers) < self.rollout_len:
             start = time.perf_counter()
             ts, env_ids = self.env.recv()
             start = timers.add("env_step", start)
             ids = env_ids.tolist()
+            info = ts.info
             for j, i in enumerate(ids):
                 if i in self.pending:
                     obs, out, used = self.pending.pop(i)
+                    ended = info is not None and bool(info.done[j])
+                    episode = (
+                        (1, float(info.episode_return[j]), int(info.episode_length[j]))
+                        if ended
+                        else (0, 0.0, 0)
+                    )
                     self.buffers[i].append(
                         (
                             obs,
@@ -184,13 +192,9 @@ class AsyncCollector:
                             ts.truncated[j],
                             ts.final_obs[j],
                             used,
+                            episode,
                         )
                     )
-            if ts.info is not None:
-                done = np.asarray(ts.info.done)
-                episodes += int(done.sum())
-                return_sum += float(np.asarray(ts.info.episode_return)[done].sum())
-                length_sum += int(np.asarray(ts.info.episode_length)[done].sum())
             keys = jax.random.fold_in(key, self.calls)[None]
             rows = jax.tree.map(lambda x, ids=env_ids: x[ids], self.actor_state)
             # runs beside the params
@@ -228,7 +232,11 @@ class AsyncCollector:
             behaviour=stack(1),
             actor_state=stack(6),
         )
-        return traj, RolloutStats(episodes, return_sum, length_sum)
+        episodes = [step[7] for seq in steps for step in seq]
+        stats = RolloutStats(
+            sum(e[0] for e in episodes), sum(e[1] for e in episodes), sum(e[2] for e in episodes)
+        )
+        return traj, stats
 
 
 def make_act(agent: Agent):
