@@ -82,7 +82,7 @@ def members(grid: Grid, build) -> Members:
     return Members(build=build, hparams=hparams, seed_offsets=offsets)
 
 
-def sweep_in_one_program(
+def sweep_system(
     loop: Loop,
     env_id: str,
     agent_spec: AgentSpec,
@@ -93,14 +93,13 @@ def sweep_in_one_program(
     seed: int = 0,
     total_timesteps: int,
     devices=None,
-    progress=None,
 ):
-    """Runs the whole grid as one program of ``loop`` (its members in one program); returns
-    the :class:`podracer.loops.RunResult` (``num_seeds`` = members) and the member table."""
+    """The system that runs the whole grid as one program of ``loop`` (its members in one
+    program; member ``c * seeds + s`` has combination ``c`` and seed ``seed + s``)."""
     from podracer import loops
 
     check_grid(agent_spec, agent_config, grid)
-    system = loops.build(
+    return loops.build(
         loop,
         env_id,
         agent_spec,
@@ -111,10 +110,23 @@ def sweep_in_one_program(
         devices=devices,
         members=lambda recipe: members(grid, recipe.member),
     )
+
+
+def run_in_one_program(system, grid: Grid, *, seed: int = 0, progress=None):
+    """Runs a :func:`sweep_system`; returns the :class:`podracer.loops.RunResult`
+    (``num_seeds`` = members) and the member table."""
     result = system.run(None, seed=seed, progress=progress)
-    result.summary.update(agent=agent_spec.name)
+    result.summary.update(agent=system.recipe.agent_spec.name)
     rows = member_rows(grid, seed, result.summary["final_return_per_seed"])
     return result, rows
+
+
+def sweep_in_one_program(loop, env_id, agent_spec, agent_config, config, grid, **kwargs):
+    """:func:`sweep_system` and :func:`run_in_one_program` in one call (``kwargs``: ``seed``,
+    ``total_timesteps``, ``devices``, ``progress``)."""
+    progress = kwargs.pop("progress", None)
+    system = sweep_system(loop, env_id, agent_spec, agent_config, config, grid, **kwargs)
+    return run_in_one_program(system, grid, seed=kwargs.get("seed", 0), progress=progress)
 
 
 def member_rows(grid: Grid, seed: int, finals: Sequence[float | None]) -> list[dict[str, Any]]:
@@ -196,9 +208,17 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
     loop = loops.get(spec.arch)
     agent_spec = agents.get(spec.agent)
     check_grid(agent_spec, spec.agent_config, grid)
-    env_spec = loop.probe(spec.env, spec.arch_config, spec.seed)  # a bad id fails before writing
-    agent_spec.make_agent(spec.agent_config, env_spec.action)  # and a wrong action kind
     if loop.members_in_one_program:
+        system = sweep_system(  # built before anything is written: a bad id or size fails here
+            loop,
+            spec.env,
+            agent_spec,
+            spec.agent_config,
+            spec.arch_config,
+            grid,
+            seed=spec.seed,
+            total_timesteps=spec.total_timesteps,
+        )
         runs.save_spec(
             run_dir,
             dataclasses.replace(
@@ -206,17 +226,7 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
             ),
         )
         with runs.run_logger(run_dir, spec, console=console) as logger:
-            _, rows = sweep_in_one_program(
-                loop,
-                spec.env,
-                agent_spec,
-                spec.agent_config,
-                spec.arch_config,
-                grid,
-                seed=spec.seed,
-                total_timesteps=spec.total_timesteps,
-                progress=logger,
-            )
+            _, rows = run_in_one_program(system, grid, seed=spec.seed, progress=logger)
     else:
         rows = sweep_in_turn(spec, grid, run_dir, console=console)
     combos = table(grid, rows)

@@ -80,6 +80,8 @@ class AgentSpec(NamedTuple):
 AGENTS: dict[str, AgentSpec] = {}
 """The registered agents by name (built in: ppo, impala, qlambda)."""
 
+_BY_CONFIG: dict[type, AgentSpec] = {}  # the registered specs by config class
+
 
 def register(spec: AgentSpec) -> AgentSpec:
     """Adds ``spec`` under ``spec.name``; a name already taken by another spec is an error."""
@@ -88,6 +90,7 @@ def register(spec: AgentSpec) -> AgentSpec:
     if spec.name in AGENTS and AGENTS[spec.name] is not spec:
         raise ValueError(f"register: an agent named {spec.name!r} is already registered")
     AGENTS[spec.name] = spec
+    _BY_CONFIG.setdefault(spec.config_cls, spec)
     return spec
 
 
@@ -130,6 +133,7 @@ def get(name: str) -> AgentSpec:
                 "podracer.agents.AgentSpec(...) (docs/agents.md)"
             )
         AGENTS[name] = spec._replace(name=name)
+        _BY_CONFIG.setdefault(spec.config_cls, AGENTS[name])
         return AGENTS[name]
     raise ConfigValueError(
         f"unknown agent {name!r}: choose one of {', '.join(AGENTS)}, or give module:attribute "
@@ -138,10 +142,9 @@ def get(name: str) -> AgentSpec:
 
 
 def spec_of(config: Any) -> AgentSpec:
-    """The registered spec whose config class ``config`` is an instance of (the exact class)."""
-    for spec in AGENTS.values():
-        if type(config) is spec.config_cls:
-            return spec
+    """The registered spec whose config class is ``config``'s (the exact class)."""
+    if type(config) in _BY_CONFIG:
+        return _BY_CONFIG[type(config)]
     raise ConfigValueError(
         f"no registered agent takes a config of type {type(config).__name__}: register its "
         "AgentSpec (podracer.agents.register)"

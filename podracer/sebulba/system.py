@@ -305,10 +305,7 @@ def run(
     slot = ParamsSlot(lifetime)
     queues = [TrajectoryQueue(lifetime, config.queue_size) for _ in range(config.num_actors)]
     traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
-    specs = learner_specs(agent, P(), P(DATA_AXIS))
-    state_sharding = jax.tree.map(
-        lambda spec: NamedSharding(learner_mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
-    )
+    specs, state_sharding = learner_placement(agent, learner_mesh)
 
     learner = recipe.learner(axis_name=DATA_AXIS)
 
@@ -542,16 +539,23 @@ def make_learner_mesh(config: SebulbaConfig, devices: Sequence[jax.Device] | Non
     return data_mesh([devices[i] for i in config.learner_device_ids])
 
 
+def learner_placement(agent: Agent, mesh) -> tuple[LearnerState, LearnerState]:
+    """``(specs, shardings)`` of the learner state on the learner mesh: replicated, an agent
+    state kept per device split over DATA_AXIS."""
+    specs = learner_specs(agent, P(), P(DATA_AXIS))
+    shardings = jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
+    )
+    return specs, shardings
+
+
 def init_state(
     recipe: Recipe, config: SebulbaConfig, seed: int, devices: Sequence[jax.Device] | None = None
 ) -> LearnerState:
     """The learner's initial state, made on the learner mesh (with several processes, every
     process makes its part of it; a checkpoint restores into it in place)."""
     mesh = make_learner_mesh(config, devices)
-    specs = learner_specs(recipe.agent, P(), P(DATA_AXIS))
-    sharding = jax.tree.map(
-        lambda spec: NamedSharding(mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
-    )
+    _, sharding = learner_placement(recipe.agent, mesh)
     learner = recipe.learner(axis_name=DATA_AXIS)
     return jax.jit(
         lambda obs: per_device(
