@@ -197,6 +197,7 @@ def parse_train_args(argv: Sequence[str]):
     import tyro
 
     from podracer import agents
+    from podracer.presets import describe, preset_for
     from podracer.runs import RunOptions, dataclass_from_dict, load_config_file
 
     parser = _selector_parser(list(agents.AGENTS))
@@ -234,8 +235,17 @@ def parse_train_args(argv: Sequence[str]):
         selectors.env = loop.default_env(agent_spec)
     arch_cls = loop.config_cls
     arch_defaults = dict(agent_spec.loop_defaults.get(loop.name, {}))
+    preset = preset_for(agent_spec, selectors.env, loop.name)
+    agent_preset = {}
+    if preset is not None:
+        arch_defaults.update(preset.loop)
+        agent_preset = dict(preset.agent)
+        if not selectors.help:
+            print(describe(preset, selectors.agent, selectors.env), file=sys.stderr)
     agent_default = dataclass_from_dict(
-        agent_spec.config_cls, file.get("agent_config", {}), f"{where}: agent_config"
+        agent_spec.config_cls,
+        {**agent_preset, **file.get("agent_config", {})},
+        f"{where}: agent_config",
     )
     arch_default = dataclass_from_dict(
         arch_cls, {**arch_defaults, **file.get("arch_config", {})}, f"{where}: arch_config"

@@ -150,7 +150,15 @@ def make_torso(
 
 
 class ActorCritic(nn.Module):
-    """Discrete actor-critic: ``obs [B, ...] -> (logits [B, A], value [B])``.
+    """Actor-critic: ``obs [B, ...] -> (policy [B, ...], value [B])``.
+
+    The policy output is the logits ``[B, num_actions]`` of a categorical policy, or, with
+    ``continuous``, the mean and log standard deviation ``([B, num_actions], [B, num_actions])``
+    of a diagonal Gaussian (``num_actions`` is then the action's size): the log standard
+    deviation is a free parameter ``log_std [num_actions]`` (initialised to 0) shared by every
+    state, as in the PPO implementation details of Huang et al. (2022) and Brax's PPO, or with
+    ``state_dependent_std`` a second dense head of the actor's torso. The head that turns it into
+    actions is :mod:`podracer.agents.policy`'s.
 
     With ``shared_torso`` one torso feeds both heads; otherwise actor and critic have torsos of
     their own (as in the PPO implementation details of Huang et al., 2022). ``torso`` picks the
@@ -165,6 +173,8 @@ class ActorCritic(nn.Module):
     shared_torso: bool = False
     torso: str = "mlp"
     channels_first: bool = True
+    continuous: bool = False
+    state_dependent_std: bool = False
 
     def setup(self):
         def torso():
@@ -174,12 +184,22 @@ class ActorCritic(nn.Module):
         self.critic_torso = self.actor_torso if self.shared_torso else torso()
         self.policy_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
         self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
+        if self.continuous and self.state_dependent_std:
+            self.log_std_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
+        elif self.continuous:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
 
     def __call__(self, obs):
         return self.policy(obs), self.value(obs)
 
     def policy(self, obs):
-        return self.policy_head(self.actor_torso(obs))
+        x = self.actor_torso(obs)
+        out = self.policy_head(x)
+        if not self.continuous:
+            return out
+        if self.state_dependent_std:
+            return out, self.log_std_head(x)
+        return out, jnp.broadcast_to(self.log_std, out.shape)
 
     def value(self, obs):
         return self.value_head(self.critic_torso(obs))[..., 0]

@@ -55,6 +55,13 @@ def _vary_over(x, axes: frozenset):
     return lax.pcast(x, missing, to="varying") if missing else x
 
 
+def vary_like(new, old):
+    """Each leaf of ``new`` marked as varying over the ``shard_map`` axes its leaf in ``old``
+    varies over: a loop carry keeps its type when a step returns a value that depends on no
+    input (an environment whose ``terminated`` is always False)."""
+    return jax.tree.map(lambda n, o: _vary_over(n, varying_axes(o)), new, old)
+
+
 def _forward(x, w, padding):
     return lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=_NHWC)
 

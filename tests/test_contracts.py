@@ -168,8 +168,17 @@ def test_action_specs_discrete_and_bounded():
         _, out = agent.act(params, (), jnp.zeros((5, 3)), jax.random.key(1))
         assert out.action.shape == (5,) and out.extras["logits"].shape == (5, 4)
         assert agent.greedy(out).shape == (5,)
-        with pytest.raises(ConfigError, match=f"{name} takes discrete actions"):
-            spec.make_agent(spec.config_cls(), bounded)
+        if name == "qlambda":
+            with pytest.raises(ConfigError, match=f"{name} takes discrete actions"):
+                spec.make_agent(spec.config_cls(), bounded)
+            continue
+        # the actor-critics act in a bounded spec with a Gaussian policy
+        agent = spec.make_agent(spec.config_cls(), bounded)
+        params = agent.init(jax.random.key(0), jnp.zeros(3))
+        _, out = agent.act(params, (), jnp.zeros((5, 3)), jax.random.key(1))
+        assert out.action.shape == (5, 2) and out.action.dtype == jnp.float32
+        assert np.all(np.abs(out.action) <= 1.0) and out.extras["sample"].shape == (5, 2)
+        np.testing.assert_array_equal(agent.greedy(out), np.clip(out.extras["mean"], -1, 1))
 
 
 def test_host_environments_implement_one_protocol():

@@ -272,3 +272,93 @@ def test_bad_actions_name_the_expected_shape_and_range(make):
     env.close()
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()
+
+
+def test_mountain_car_continuous_clips_actions_to_the_bounds(make):
+    env = make("gymnasium:MountainCarContinuous-v0", num_envs=2, seed=4, max_episode_steps=8)
+    assert env.action_spec == BoundedActionSpec((1,), -1.0, 1.0, np.dtype(np.float32))
+    assert env.observation_spec == ObservationSpec((2,), np.dtype(np.float32))
+    ref = Reference("MountainCarContinuous-v0", 2, 4, max_episode_steps=8)
+    env.reset()
+    rng = np.random.default_rng(2)
+    for t in range(1, 11):
+        actions = rng.uniform(-4, 4, (2, 1)).astype(np.float32)
+        ts = env.step(actions)
+        # the environment gets the actions clipped to [-1, 1] (its reward, -0.1 a^2, would see
+        # the unclipped ones)
+        assert_matches(ts, ref.step(np.clip(actions, -1.0, 1.0)))
+        assert np.all(ts.reward >= -0.1 - 1e-6)
+        np.testing.assert_array_equal(ts.truncated, [t == 8] * 2)
+    ref.close()
+    with pytest.raises(ValueError, match=r"MountainCarContinuous-v0.*int64.*floats"):
+        env.step(np.zeros((2, 1), np.int64))
+    with pytest.raises(ValueError, match=r"MountainCarContinuous-v0.*not finite"):
+        env.step(np.full((2, 1), np.inf, np.float32))
+
+
+class _Float64Env(gymnasium.Env):
+    """f64 observations and f64 Box actions (as gymnasium's MuJoCo tasks): the observation is
+    the last action received, with its dtype's width."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (3,), np.float64)
+    action_space = gymnasium.spaces.Box(
+        np.array([-1.0, -2.0, 0.0]), np.array([1.0, 2.0, 0.5]), (3,), np.float64
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3), {}
+
+    def step(self, action):
+        assert action.dtype == np.float64 and self.action_space.contains(action), action
+        self.t += 1
+        return np.array(action, np.float64), float(action.sum()), False, self.t >= 3, {}
+
+
+def test_float64_spaces_come_as_float32_and_actions_go_in_the_space_dtype():
+    mode = gym_host._same_step_mode()
+    if mode is None:
+        pytest.skip("gymnasium < 1.1 has no AutoresetMode.SAME_STEP")
+    vec = gymnasium.vector.SyncVectorEnv([_Float64Env, _Float64Env], autoreset_mode=mode)
+    env = GymnasiumEnvironment("gymnasium:F64-v0", vec, seed=0)
+    try:
+        assert env.observation_spec == ObservationSpec((3,), np.dtype(np.float32))
+        spec = env.action_spec
+        assert spec.shape == (3,) and spec.dtype == np.float32
+        np.testing.assert_array_equal(spec.low, [-1.0, -2.0, 0.0])
+        np.testing.assert_array_equal(spec.high, [1.0, 2.0, 0.5])
+        ts = env.reset()
+        assert ts.obs.dtype == np.float32
+        actions = np.array([[3.0, -3.0, 0.25], [0.5, 1.0, -1.0]], np.float32)
+        clipped = [[1.0, -2.0, 0.25], [0.5, 1.0, 0.0]]
+        for t in range(1, 4):
+            ts = env.step(actions)
+            assert ts.obs.dtype == ts.final_obs.dtype == np.float32
+            np.testing.assert_array_equal(ts.final_obs, clipped)
+            np.testing.assert_array_equal(ts.truncated, [t == 3] * 2)
+        np.testing.assert_array_equal(ts.obs, np.zeros((2, 3)))  # reset in the same step
+        np.testing.assert_allclose(ts.info.episode_return, [3 * -0.75, 3 * 1.5])
+    finally:
+        env.close()
+
+
+def test_mujoco_hopper_through_gymnasium_matches_plain_gymnasium(make):
+    pytest.importorskip("mujoco")
+    pytest.importorskip("imageio")  # gymnasium's MuJoCo tasks import it
+    env = make("gymnasium:Hopper-v5", num_envs=2, seed=1, max_episode_steps=40)
+    assert env.observation_spec == ObservationSpec((11,), np.dtype(np.float32))
+    assert env.action_spec == BoundedActionSpec((3,), -1.0, 1.0, np.dtype(np.float32))
+    ref = Reference("Hopper-v5", 2, 1, max_episode_steps=40)
+    ts = env.reset()
+    np.testing.assert_array_equal(ts.obs, ref.obs.astype(np.float32))
+    rng = np.random.default_rng(3)
+    ends = 0
+    for _ in range(80):
+        actions = rng.uniform(-1.5, 1.5, (2, 3)).astype(np.float32)
+        ts = env.step(actions)
+        obs, final_obs, *rest = ref.step(np.clip(actions, -1.0, 1.0))
+        assert_matches(ts, (obs.astype(np.float32), final_obs.astype(np.float32), *rest))
+        ends += ts.done.sum()
+    ref.close()
+    assert ends >= 2

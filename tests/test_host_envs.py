@@ -1,11 +1,14 @@
 """The envpool adapter: podracer's TimeStep semantics on top of envpool, in sync and async mode."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from podracer import host_envs
 from podracer.config import ConfigError
-from podracer.types import DiscreteActionSpec, ObservationSpec
+from podracer.host_envs.checks import continuous_actions
+from podracer.host_envs.jax_env import JaxHostEnvironment
+from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec, TimeStep
 
 THETA_LIMIT = 12 * 2 * np.pi / 360  # 0.2095 rad: CartPole terminates beyond it
 X_LIMIT = 2.4
@@ -276,15 +279,37 @@ def test_unknown_id_lists_close_matches():
         host_envs.make("CartPole-v1", num_envs=1)  # neither envpool, gymnasium nor JAX
 
 
-def test_rejected_tasks_and_options():
-    with pytest.raises(ValueError, match="discrete actions"):
-        host_envs.make("envpool:Pendulum-v1", num_envs=1)
+def test_rejected_tasks_and_options(monkeypatch):
+    with pytest.raises(ValueError, match=r"Taxi-v3.*observation is Discrete\(500\)"):
+        host_envs.make("envpool:Taxi-v3", num_envs=1)
     with pytest.raises(ValueError, match=r"frame_stack=4.*Atari.*max_episode_steps"):
         host_envs.make("envpool:CartPole-v1", num_envs=1, frame_stack=4)
     with pytest.raises(ValueError, match=r"bogus=1.*takes"):
         host_envs.make("envpool:CartPole-v1", num_envs=1, bogus=1)
     with pytest.raises(ValueError, match="use frame_stack"):
         host_envs.make("envpool:Breakout-v5", num_envs=1, stack_num=4)
+    with pytest.raises(ValueError, match=r"frame_stack=4.*Atari"):  # Pendulum has no frame_stack
+        host_envs.make("envpool:Pendulum-v1", num_envs=1, frame_stack=4)
+
+    # no envpool task has actions neither Discrete nor Box; one is made up here
+    import envpool
+    import gymnasium
+
+    make_spec = envpool.make_spec
+
+    def multi_discrete_spec(task):
+        spec = make_spec(task)
+
+        class Spec:
+            config = spec.config
+            observation_space = gymnasium.spaces.Box(-1.0, 1.0, (4,), np.float32)
+            action_space = gymnasium.spaces.MultiDiscrete([2, 3])
+
+        return Spec
+
+    monkeypatch.setattr(envpool, "make_spec", multi_discrete_spec)
+    with pytest.raises(ValueError, match=r"CartPole-v1.*MultiDiscrete.*Discrete.*or.*Box"):
+        host_envs.make("envpool:CartPole-v1", num_envs=1)
 
 
 def test_bad_values_raise_config_errors():
@@ -319,3 +344,87 @@ def test_mode_and_action_checks(make):
     async_env = make("envpool:CartPole-v1", num_envs=2, batch_size=1)
     with pytest.raises(RuntimeError, match="async mode"):
         async_env.reset()
+
+
+def test_continuous_actions_check():
+    spec = BoundedActionSpec((2,), np.array([-1.0, 0.0], np.float32), np.array([1.0, 0.5]))
+    actions = continuous_actions("toy", np.array([[0.5, 0.25], [-3.0, 9.0]]), 2, spec)
+    assert actions.dtype == np.float32 and actions.shape == (2, 2)
+    np.testing.assert_array_equal(actions, [[0.5, 0.25], [-1.0, 0.5]])  # clipped, not rejected
+    scalar_bounds = BoundedActionSpec((1,), -2.0, 2.0)
+    np.testing.assert_array_equal(
+        continuous_actions("toy", np.array([[1e300], [-2.5]]), 2, scalar_bounds), [[2.0], [-2.0]]
+    )
+    given = np.zeros((2, 2), np.float32)
+    assert continuous_actions("toy", given, 2, spec).shape == (2, 2)
+    with pytest.raises(
+        ValueError, match=r"toy: .*shape \(2,\).*shape \(2,\) per environment.*\(2, 2\)"
+    ):
+        continuous_actions("toy", np.zeros(2, np.float32), 2, spec)
+    with pytest.raises(ValueError, match=r"toy: .*shape \(3, 2\).*\(2, 2\)"):
+        continuous_actions("toy", np.zeros((3, 2), np.float32), 2, spec)
+    with pytest.raises(ValueError, match=r"toy: .*int64.*floats.*\[\[-1.0, 0.0\], \[1.0, 0.5\]\]"):
+        continuous_actions("toy", np.zeros((2, 2), np.int64), 2, spec)
+    with pytest.raises(ValueError, match=r"toy: .*bool.*floats .* in \[-2, 2\]"):
+        continuous_actions("toy", np.zeros((2, 1), bool), 2, scalar_bounds)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"toy: .*not finite.*found 1"):
+            continuous_actions("toy", np.array([[0.0, bad], [0.0, 0.0]]), 2, spec)
+
+
+class _Drift:
+    """A tiny continuous JAX environment: ``x`` moves by the action (clipped to [-1, 1] by the
+    host), reward ``-|x|``; it terminates when ``|x| > 2`` and truncates after 5 steps."""
+
+    id = "drift"
+    default_params = ()
+
+    @property
+    def observation_spec(self):
+        return ObservationSpec((2,), np.dtype(np.float32))
+
+    @property
+    def action_spec(self):
+        return BoundedActionSpec((1,), -1.0, 1.0, "float32")
+
+    def reset(self, key, params):
+        state = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
+        obs = jnp.zeros(2, jnp.float32)
+        false = jnp.zeros((), bool)
+        return state, TimeStep(obs, jnp.zeros((), jnp.float32), false, false, obs)
+
+    def step(self, key, state, action, params):
+        x, t = state
+        x, t = x + action[0], t + 1
+        final = jnp.stack([x, t.astype(jnp.float32)])
+        terminated = jnp.abs(x) > 2.0
+        truncated = (t >= 5) & ~terminated
+        done = terminated | truncated
+        new = (jnp.where(done, 0.0, x), jnp.where(done, 0, t))
+        obs = jnp.where(done, jnp.zeros(2, jnp.float32), final)
+        return new, TimeStep(obs, -jnp.abs(x), terminated, truncated, final)
+
+
+def test_jax_host_environment_takes_continuous_actions():
+    env = JaxHostEnvironment(_Drift(), 2, seed=0)
+    assert env.action_spec.shape == (1,)
+    ts = env.reset()
+    assert ts.obs.shape == (2, 2)
+    # env 0 pushes by 5 (clipped to 1 a step), env 1 by 0.25: env 0 terminates after 3 steps
+    for t in range(1, 4):
+        ts = env.step(np.array([[5.0], [0.25]], np.float32))
+        np.testing.assert_allclose(ts.final_obs[:, 0], [t, 0.25 * t])
+        np.testing.assert_array_equal(ts.terminated, [t == 3, False])
+    np.testing.assert_array_equal(ts.obs[0], [0.0, 0.0])  # reset in the same step
+    np.testing.assert_array_equal(ts.info.episode_length, [3, 0])
+    np.testing.assert_allclose(ts.info.episode_return, [-6.0, 0.0])
+    for _ in range(2):
+        ts = env.step(np.array([[0.0], [0.25]]))
+    np.testing.assert_array_equal(ts.truncated, [False, True])
+    with pytest.raises(ValueError, match=r"drift: .*shape \(2,\).*\(2, 1\)"):
+        env.step(np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"drift: .*int64.*floats"):
+        env.step(np.zeros((2, 1), np.int64))
+    with pytest.raises(ValueError, match=r"drift: .*not finite"):
+        env.step(np.full((2, 1), np.nan, np.float32))
+    env.close()

@@ -21,15 +21,20 @@ from podracer.agents.spec import (
     register,
     spec_of,
 )
-from podracer.types import ActionSpec
+from podracer.types import ActionSpec, ObservationSpec
 
 for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC):
     register(_spec)
 
 
-def build(config: Any, action_spec: ActionSpec | int, num_updates: int):
+def build(
+    config: Any,
+    action_spec: ActionSpec | int,
+    num_updates: int,
+    observation_spec: ObservationSpec | None = None,
+):
     """``(agent, optimizer)`` for a config of a registered agent (:func:`spec_of`)."""
-    return spec_of(config).build(config, action_spec, num_updates)
+    return spec_of(config).build(config, action_spec, num_updates, observation_spec)
 
 
 __all__ = [

@@ -29,9 +29,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer.agents.policy import ActorCriticFields, learning_rate, make_categorical_act, select
+from podracer.agents.policy import ActorCriticFields, learning_rate, make_act, policy_head
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_choice, check_positive, check_range
+from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import vtrace
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
@@ -40,7 +41,7 @@ OPTIMIZERS = ("adam", "rmsprop")
 
 
 @dataclasses.dataclass(frozen=True)
-class IMPALAConfig(ActorCriticFields):
+class IMPALAConfig(ActorCriticFields, NormalisationFields):
     """IMPALA hyper-parameters (and the actor-critic's network fields).
 
     Loss weights, discount, clips, the gradient-norm clip and the linear learning-rate decay are
@@ -93,13 +94,14 @@ class IMPALAConfig(ActorCriticFields):
         check_range(self, "entropy_cost", 0.0, None)
         check_range(self, "max_grad_norm", 0.0, None)
         self.check_network()
+        self.check_normalisation()
 
 
 class IMPALABatch(NamedTuple):
     """Batch-major sequences ``[B, T, ...]``: one sample per environment."""
 
     obs: jax.Array  # [B, T, ...]
-    action: jax.Array  # i32 [B, T]
+    action: jax.Array  # [B, T, ...]: what the log-probability is of (PolicyHead.taken)
     reward: jax.Array  # f32 [B, T]
     terminated: jax.Array  # bool [B, T]
     truncated: jax.Array  # bool [B, T]
@@ -108,19 +110,20 @@ class IMPALABatch(NamedTuple):
 
 
 def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
-    """IMPALA as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    """IMPALA as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (a
+    categorical policy) or a bounded continuous one (a diagonal Gaussian, clipped to the
+    bounds: :func:`podracer.agents.policy.gaussian_head`); V-trace needs only the
+    log-probabilities."""
     network = config.network(action_spec, "impala")
-
-    def init(key, example_obs):
-        return network.init(key, example_obs[None])
-
-    act = make_categorical_act(network)
+    head = policy_head(action_spec, "impala")
+    init = config.init_network(network)
+    act = make_act(network, head)
 
     def prepare(params, agent_state, traj: Trajectory, mean_fn):
         del params, agent_state, mean_fn
         batch = IMPALABatch(
             obs=traj.obs,
-            action=traj.action,
+            action=head.taken(traj.behaviour),
             reward=traj.reward,
             terminated=traj.terminated,
             truncated=traj.truncated,
@@ -160,11 +163,10 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         def unflat(x):
             return x.reshape(num_seqs, num_steps, *x.shape[1:])
 
-        logits, v_tm1 = network.apply(params, flat(batch.obs))
-        logits, v_tm1 = unflat(logits), unflat(v_tm1)
+        policy, v_tm1 = network.apply(params, flat(batch.obs))
+        log_prob, entropy = head.log_prob_and_entropy(policy, flat(batch.action))
+        log_prob, entropy, v_tm1 = unflat(log_prob), unflat(entropy), unflat(v_tm1)
         v_t = bootstrap_values(params, batch, jax.lax.stop_gradient(v_tm1))
-        log_probs = jax.nn.log_softmax(logits)
-        log_prob = select(log_probs, batch.action)
         log_rho = log_prob - batch.behaviour_log_prob
         rho = jnp.exp(log_rho)
 
@@ -184,7 +186,7 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         pg_advantage = jax.lax.stop_gradient(out.pg_advantage.T)
         pg_loss = -jnp.mean(pg_advantage * log_prob)
         baseline_loss = 0.5 * jnp.mean(jnp.square(out.errors))  # target already stopped
-        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        entropy = jnp.mean(entropy)
         total = pg_loss + config.baseline_cost * baseline_loss - config.entropy_cost * entropy
         metrics = {
             "loss": total,
@@ -197,7 +199,7 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         }
         return total, metrics
 
-    return Agent(init=init, act=act, prepare=prepare, loss=loss)
+    return Agent(init=init, act=act, prepare=prepare, loss=loss, greedy=head.greedy)
 
 
 def make_optimizer(config: IMPALAConfig, num_updates: int) -> optax.GradientTransformation:
@@ -218,6 +220,17 @@ SPEC = AgentSpec(
     make_optimizer=make_optimizer,
     default_env="gymnax:CartPole-v1",
     loop_defaults={"anakin": {"num_envs": 16, "rollout_len": 32}},
+    presets={
+        family: {
+            "agent": {
+                "lr": 3e-4,
+                "entropy_cost": 0.0,
+                "normalize_observations": True,
+                "normalize_rewards": True,
+            }
+        }
+        for family in ("classic_continuous", "mujoco", "brax")
+    },
     search_space={
         "lr": Space(1e-6, 1e-1, log=True),
         "gamma": Space(0.8, 0.9999),
@@ -226,5 +239,6 @@ SPEC = AgentSpec(
         "clip_pg_rho": Space(0.1, 10.0, log=True),
         "baseline_cost": Space(0.05, 2.0, log=True),
         "entropy_cost": Space(0.0, 0.2),
+        "init_log_std": Space(-3.0, 1.0),
     },
 )

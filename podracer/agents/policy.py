@@ -1,17 +1,23 @@
-"""Pieces shared by the actor-critic agents: the network's config fields, the categorical
-policy's ``act``, and the learning-rate schedule."""
+"""Pieces shared by the actor-critic agents: the network's config fields, the policy heads
+(categorical for discrete actions, diagonal Gaussian for continuous ones), ``act``, and the
+learning-rate schedule."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 
 from podracer.agents.spec import num_actions
-from podracer.config import check_choice, check_layer_sizes
+from podracer.config import ConfigError, check_choice, check_layer_sizes
 from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic
-from podracer.types import ActionSpec, ActorOutput
+from podracer.types import ActionSpec, ActorOutput, BoundedActionSpec, DiscreteActionSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,16 +41,51 @@ class ActorCriticFields:
         check_choice(self, "activation", tuple(ACTIVATIONS))
         check_choice(self, "torso", TORSOS)
 
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (continuous actions only)."""
+    state_dependent_std: bool = False
+    """The Gaussian's log standard deviation a head of the actor's torso instead of one free
+    parameter per action dimension (continuous actions only)."""
+
     def network(self, action_spec: ActionSpec | int, agent: str) -> ActorCritic:
-        """The :class:`~podracer.networks.ActorCritic` these fields describe."""
+        """The :class:`~podracer.networks.ActorCritic` these fields describe, for a discrete
+        or a bounded continuous ``action_spec``."""
+        continuous = isinstance(action_spec, BoundedActionSpec)
         return ActorCritic(
-            num_actions=num_actions(action_spec, agent),
+            num_actions=action_size(action_spec) if continuous else num_actions(action_spec, agent),
             hidden_sizes=tuple(self.hidden_sizes),
             activation=self.activation,
             shared_torso=self.shared_torso,
             torso=self.torso,
             channels_first=self.channels_first,
+            continuous=continuous,
+            state_dependent_std=self.state_dependent_std,
         )
+
+    def init_network(self, network: ActorCritic) -> Callable[[jax.Array, jax.Array], Any]:
+        """``init(key, example_obs) -> params`` of ``network`` with the Gaussian's free log
+        standard deviation (or its head's bias) starting at ``init_log_std``, which may be a
+        traced value (a population's members start at different ones)."""
+
+        def init(key, example_obs):
+            params = network.init(key, example_obs[None])
+            if not network.continuous:
+                return params
+            inner = dict(params["params"])
+            if network.state_dependent_std:
+                head = dict(inner["log_std_head"])
+                head["bias"] = head["bias"] + jnp.asarray(self.init_log_std, jnp.float32)
+                inner["log_std_head"] = head
+            else:
+                inner["log_std"] = inner["log_std"] + jnp.asarray(self.init_log_std, jnp.float32)
+            return {**params, "params": inner}
+
+        return init
+
+
+def action_size(action_spec: BoundedActionSpec) -> int:
+    """The number of numbers in one action of a continuous spec."""
+    return int(np.prod(action_spec.shape, dtype=np.int64))
 
 
 def learning_rate(config, num_updates: int) -> float | optax.Schedule:
@@ -61,15 +102,163 @@ def select(x: jax.Array, index: jax.Array) -> jax.Array:
     return jax.numpy.sum(x * jax.nn.one_hot(index, x.shape[-1], dtype=x.dtype), axis=-1)
 
 
-def make_categorical_act(network):
+class PolicyHead(NamedTuple):
+    """How a network's policy output becomes actions, and what a loss needs of it.
+
+    ``out`` is the network's policy output for a batch ``[N]`` (the logits, or a Gaussian's mean
+    and log standard deviation); ``taken [N, ...]`` is what the log-probability is evaluated at:
+    the action for a categorical policy, the Gaussian's sample before clipping for a continuous
+    one (:attr:`ActorOutput.extras` ``["sample"]``).
+
+    - ``sample(key, out) -> (action, log_prob, extras)``: the action the environment gets,
+      ``log pi(taken)`` and what goes into ``ActorOutput.extras``;
+    - ``taken(behaviour: ActorOutput) -> taken``;
+    - ``log_prob_and_entropy(out, taken) -> (log_prob [N], entropy [N])``;
+    - ``kl(out_p, out_q) -> KL(p || q) [N]``;
+    - ``greedy(behaviour: ActorOutput) -> action``: the most likely action (evaluation).
+    """
+
+    sample: Callable[[jax.Array, Any], tuple[jax.Array, jax.Array, dict]]
+    taken: Callable[[ActorOutput], jax.Array]
+    log_prob_and_entropy: Callable[[Any, jax.Array], tuple[jax.Array, jax.Array]]
+    kl: Callable[[Any, Any], jax.Array]
+    greedy: Callable[[ActorOutput], jax.Array]
+
+
+def categorical_head() -> PolicyHead:
+    """The softmax policy over ``logits [N, A]``; ``extras = {"logits": logits}``."""
+
+    def sample(key, logits):
+        action = jax.random.categorical(key, logits)
+        return action, select(jax.nn.log_softmax(logits), action), {"logits": logits}
+
+    def log_prob_and_entropy(logits, action):
+        log_probs = jax.nn.log_softmax(logits)
+        return select(log_probs, action), -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+
+    def kl(logits_p, logits_q):
+        log_p, log_q = jax.nn.log_softmax(logits_p), jax.nn.log_softmax(logits_q)
+        return jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+
+    def greedy(out: ActorOutput):
+        return out.extras["logits"].argmax(axis=-1).astype(out.action.dtype)
+
+    return PolicyHead(sample, lambda out: out.action, log_prob_and_entropy, kl, greedy)
+
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def check_bounded(action_spec: Any, agent: str) -> BoundedActionSpec:
+    """``action_spec`` if a Gaussian policy can act in it: a :class:`BoundedActionSpec` of a
+    float dtype with finite bounds ``low < high``; otherwise a :class:`ConfigError` naming the
+    agent, the spec and what is wrong."""
+    if not isinstance(action_spec, BoundedActionSpec):
+        raise ConfigError(
+            f"{agent}: a Gaussian policy needs a BoundedActionSpec, not {action_spec}"
+        )
+    if not np.issubdtype(np.dtype(action_spec.dtype), np.floating):
+        raise ConfigError(
+            f"{agent}: continuous actions of dtype {action_spec.dtype} are not allowed: a "
+            "Gaussian policy acts in a float dtype"
+        )
+    low = np.broadcast_to(np.asarray(action_spec.low, np.float64), action_spec.shape)
+    high = np.broadcast_to(np.asarray(action_spec.high, np.float64), action_spec.shape)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise ConfigError(
+            f"{agent}: the action bounds low={action_spec.low}, high={action_spec.high} are not "
+            "allowed: a Gaussian policy clips its actions to finite bounds"
+        )
+    if not np.all(low < high):
+        raise ConfigError(
+            f"{agent}: the action bounds low={action_spec.low}, high={action_spec.high} are not "
+            "allowed: each low must be below its high"
+        )
+    if action_size(action_spec) < 1:
+        raise ConfigError(f"{agent}: an action of shape {action_spec.shape} holds no number")
+    return action_spec
+
+
+def gaussian_head(action_spec: BoundedActionSpec, agent: str = "agent") -> PolicyHead:
+    """A diagonal Gaussian over ``mean, log_std [N, D]`` (``D`` the action's size), whose
+    samples are **clipped** to the spec's bounds before the environment gets them.
+
+    The log-probability is that of the *unclipped* sample ``u`` (kept in
+    ``extras["sample"]``), as in CleanRL's and Stable-Baselines3's PPO:
+
+    .. math::
+        \\log \\pi(u) = \\sum_d -\\tfrac12 ((u_d - \\mu_d) / \\sigma_d)^2 - \\log\\sigma_d
+            - \\tfrac12 \\log 2\\pi,
+        \\qquad H = \\sum_d \\log\\sigma_d + \\tfrac12 (1 + \\log 2\\pi),
+
+    and ``KL(p || q) = sum_d log(sigma_q / sigma_p) + (sigma_p^2 + (mu_p - mu_q)^2) /
+    (2 sigma_q^2) - 1/2``. ``extras = {"sample": u, "mean": mu}``; the greedy action is the mean,
+    clipped. Actions have the spec's shape (``[N, *shape]``).
+    """
+    spec = check_bounded(action_spec, agent)
+    shape = tuple(spec.shape)
+    low = jnp.asarray(np.broadcast_to(np.asarray(spec.low, np.float32), shape))
+    high = jnp.asarray(np.broadcast_to(np.asarray(spec.high, np.float32), shape))
+    size = action_size(spec)
+
+    def as_actions(x):
+        return x.reshape(*x.shape[:-1], *shape)
+
+    def flat(x):
+        return x.reshape(*x.shape[: x.ndim - len(shape)], size)
+
+    def log_prob(mean, log_std, u):  # u [N, D]
+        z = (u - mean) * jnp.exp(-log_std)
+        return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * _LOG_2PI, axis=-1)
+
+    def sample(key, out):
+        mean, log_std = out
+        u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
+        action = jnp.clip(as_actions(u), low, high)
+        return (
+            action,
+            log_prob(mean, log_std, u),
+            {"sample": as_actions(u), "mean": as_actions(mean)},
+        )
+
+    def log_prob_and_entropy(out, u):
+        mean, log_std = out
+        entropy = jnp.sum(log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
+        return log_prob(mean, log_std, flat(u)), entropy
+
+    def kl(out_p, out_q):
+        (mean_p, log_std_p), (mean_q, log_std_q) = out_p, out_q
+        var_ratio = jnp.exp(2.0 * (log_std_p - log_std_q))
+        mahalanobis = jnp.square((mean_p - mean_q) * jnp.exp(-log_std_q))
+        return jnp.sum(log_std_q - log_std_p + 0.5 * (var_ratio + mahalanobis) - 0.5, axis=-1)
+
+    def greedy(out: ActorOutput):
+        return jnp.clip(out.extras["mean"], low, high)
+
+    return PolicyHead(sample, lambda out: out.extras["sample"], log_prob_and_entropy, kl, greedy)
+
+
+def policy_head(action_spec: ActionSpec | int, agent: str) -> PolicyHead:
+    """The head for ``action_spec``: categorical for discrete actions (or an int, the number of
+    actions), Gaussian for bounded continuous ones."""
+    if isinstance(action_spec, int | DiscreteActionSpec):
+        return categorical_head()
+    return gaussian_head(action_spec, agent)
+
+
+def make_act(network, head: PolicyHead):
     """``act(params, actor_state, obs, key)`` for an actor-critic ``network`` returning
-    ``(logits, value)``: samples from the softmax policy and records its log-probability, value
-    and logits (``extras["logits"]``); no actor state."""
+    ``(policy, value)``: samples from ``head``'s policy and records its log-probability, value
+    and extras; no actor state."""
 
     def act(params, actor_state, obs, key):
-        logits, value = network.apply(params, obs)
-        action = jax.random.categorical(key, logits)
-        log_prob = select(jax.nn.log_softmax(logits), action)
-        return actor_state, ActorOutput(action, log_prob, value, extras={"logits": logits})
+        out, value = network.apply(params, obs)
+        action, log_prob, extras = head.sample(key, out)
+        return actor_state, ActorOutput(action, log_prob, value, extras=extras)
 
     return act
+
+
+def make_categorical_act(network):
+    """``act`` of the categorical policy (:func:`make_act` with :func:`categorical_head`)."""
+    return make_act(network, categorical_head())

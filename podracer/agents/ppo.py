@@ -19,16 +19,17 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import ActorCriticFields, learning_rate, make_categorical_act, select
+from podracer.agents.policy import ActorCriticFields, learning_rate, make_act, policy_head
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_positive, check_range
+from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import gae
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig(ActorCriticFields):
+class PPOConfig(ActorCriticFields, NormalisationFields):
     """PPO hyper-parameters (and the actor-critic's network fields)."""
 
     lr: float = 2.5e-4
@@ -65,13 +66,14 @@ class PPOConfig(ActorCriticFields):
         check_range(self, "vf_coef", 0.0, None)
         check_range(self, "max_grad_norm", 0.0, None)
         self.check_network()
+        self.check_normalisation()
 
 
 class PPOBatch(NamedTuple):
     """One sample per transition, ``[N]`` with ``N = T * B`` (``obs [N, ...]``)."""
 
     obs: jax.Array
-    action: jax.Array  # i32
+    action: jax.Array  # what the log-probability is of (PolicyHead.taken): i32, or f32 [N, ...]
     log_prob: jax.Array  # behaviour log-probability
     value: jax.Array  # v(obs) of the params before this update (the value clipping's centre)
     advantage: jax.Array  # normalised when asked
@@ -79,13 +81,13 @@ class PPOBatch(NamedTuple):
 
 
 def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
-    """PPO as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    """PPO as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (a categorical
+    policy) or a bounded continuous one (a diagonal Gaussian, clipped to the bounds:
+    :func:`podracer.agents.policy.gaussian_head`)."""
     network = config.network(action_spec, "ppo")
-
-    def init(key, example_obs):
-        return network.init(key, example_obs[None])
-
-    act = make_categorical_act(network)
+    head = policy_head(action_spec, "ppo")
+    init = config.init_network(network)
+    act = make_act(network, head)
 
     def values(params, obs):
         """``v(obs) [T, B]`` of ``obs [T, B, ...]`` in one pass over ``T * B``."""
@@ -116,7 +118,7 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
             advantage = (advantage - mean) / (std + 1e-8)
         batch = PPOBatch(
             obs=traj.obs,
-            action=traj.action,
+            action=head.taken(traj.behaviour),
             log_prob=traj.behaviour.log_prob,
             value=v_tm1,
             advantage=advantage,
@@ -126,9 +128,8 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
 
     def loss(params, batch: PPOBatch, key):
         del key
-        logits, value = network.apply(params, batch.obs)
-        log_probs = jax.nn.log_softmax(logits)
-        log_prob = select(log_probs, batch.action)
+        policy, value = network.apply(params, batch.obs)
+        log_prob, entropy = head.log_prob_and_entropy(policy, batch.action)
         log_ratio = log_prob - batch.log_prob
         ratio = jnp.exp(log_ratio)
         pg_loss = rlax.clipped_surrogate_pg_loss(ratio, batch.advantage, config.clip_eps)
@@ -139,7 +140,7 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
             value_error = jnp.maximum(value_error, jnp.square(clipped - batch.target))
         value_loss = 0.5 * jnp.mean(value_error)
 
-        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        entropy = jnp.mean(entropy)
         total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
         metrics = {
             "loss": total,
@@ -151,7 +152,7 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
         }
         return total, metrics
 
-    return Agent(init=init, act=act, prepare=prepare, loss=loss)
+    return Agent(init=init, act=act, prepare=prepare, loss=loss, greedy=head.greedy)
 
 
 def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransformation:
@@ -165,6 +166,48 @@ SPEC = AgentSpec(
     make_agent=make_agent,
     make_optimizer=make_optimizer,
     default_env="gymnax:CartPole-v1",
+    presets={
+        # Tuned here on gymnax:Pendulum-v1 (about -180 after 3e5 steps, seeds 0-3).
+        "classic_continuous": {
+            "agent": {
+                "lr": 1e-3,
+                "num_epochs": 10,
+                "num_minibatches": 32,
+                "gamma": 0.95,
+                "ent_coef": 0.0,
+                "normalize_observations": True,
+                "normalize_rewards": True,
+            },
+            "anakin": {"num_envs": 16, "rollout_len": 128},
+            "sebulba": {"envs_per_actor": 16, "rollout_len": 128},
+        },
+        # CleanRL's continuous PPO (ppo_continuous_action.py): 2048 steps per update in 32
+        # minibatches, 10 epochs, no entropy bonus, observations and rewards normalised.
+        "mujoco": {
+            "agent": {
+                "lr": 3e-4,
+                "num_epochs": 10,
+                "num_minibatches": 32,
+                "ent_coef": 0.0,
+                "normalize_observations": True,
+                "normalize_rewards": True,
+            },
+            "sebulba": {"envs_per_actor": 8, "rollout_len": 256},
+        },
+        # Brax's PPO for locomotion, sized down: 4096 steps per update.
+        "brax": {
+            "agent": {
+                "lr": 3e-4,
+                "num_epochs": 4,
+                "num_minibatches": 16,
+                "gamma": 0.97,
+                "ent_coef": 1e-3,
+                "normalize_observations": True,
+                "normalize_rewards": True,
+            },
+            "anakin": {"num_envs": 128, "rollout_len": 32},
+        },
+    },
     search_space={
         "lr": Space(1e-6, 1e-1, log=True),
         "gamma": Space(0.8, 0.9999),
@@ -172,5 +215,6 @@ SPEC = AgentSpec(
         "clip_eps": Space(0.02, 0.5),
         "ent_coef": Space(0.0, 0.2),
         "vf_coef": Space(0.05, 2.0, log=True),
+        "init_log_std": Space(-3.0, 1.0),
     },
 )

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import optax
 
 from podracer.config import ConfigError, ConfigValueError
-from podracer.types import ActionSpec, Agent, DiscreteActionSpec, Learner
+from podracer.types import ActionSpec, Agent, DiscreteActionSpec, Learner, ObservationSpec
 
 
 class Space(NamedTuple):
@@ -60,7 +60,10 @@ class AgentSpec(NamedTuple):
     - ``search_space``: ``{field: Space}`` of the config fields that may be traced (used only in
       ``jnp`` / ``optax`` arithmetic): the sweepable fields and a population's hyper-parameters;
     - ``make_learner(agent, optimizer, config, **layout) -> Learner``: the learner core it
-      trains with (default: epochs of minibatches, :func:`epochs_learner`).
+      trains with (default: epochs of minibatches, :func:`epochs_learner`);
+    - ``presets``: ``{family: {"agent": {field: value}, loop name: {field: value}}}``, defaults
+      for an environment family of :data:`podracer.presets.FAMILIES` (``"mujoco"``,
+      ``"brax"``, ...), which the command line applies under the user's values.
     """
 
     name: str
@@ -71,10 +74,24 @@ class AgentSpec(NamedTuple):
     loop_defaults: Mapping[str, Mapping[str, Any]] = {}
     search_space: Mapping[str, Space] = {}
     make_learner: Callable[..., Learner] = epochs_learner
+    presets: Mapping[str, Mapping[str, Mapping[str, Any]]] = {}
 
-    def build(self, config: Any, action_spec: ActionSpec, num_updates: int):
-        """``(agent, optimizer)`` for ``config`` and an environment's ``action_spec``."""
-        return self.make_agent(config, action_spec), self.make_optimizer(config, num_updates)
+    def build(
+        self,
+        config: Any,
+        action_spec: ActionSpec,
+        num_updates: int,
+        observation_spec: ObservationSpec | None = None,
+    ):
+        """``(agent, optimizer)`` for ``config`` and an environment's ``action_spec``; a config
+        with :class:`~podracer.core.normalisation.NormalisationFields` gets the normalisation it
+        asks for (which needs the ``observation_spec``)."""
+        from podracer.core.normalisation import NormalisationFields, normalised
+
+        agent = self.make_agent(config, action_spec)
+        if isinstance(config, NormalisationFields):
+            agent = normalised(agent, config, observation_spec, getattr(config, "gamma", 0.99))
+        return agent, self.make_optimizer(config, num_updates)
 
 
 AGENTS: dict[str, AgentSpec] = {}

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from podracer.ops import vary_like
 from podracer.types import Agent, EpisodeInfo, TimeStep, Trajectory, no_actor_state
 
 
@@ -71,7 +72,8 @@ def make_rollout(env, agent: Agent, rollout_len: int, *, unroll: int | bool = 1)
             if info is None:
                 zeros = jnp.zeros_like(ts.reward)
                 info = EpisodeInfo(ts.terminated & False, zeros, zeros.astype(jnp.int32))
-            return RolloutState(env_state, ts, next_actor_state), (transition, info)
+            new_state = vary_like(RolloutState(env_state, ts, next_actor_state), state)
+            return new_state, (transition, info)
 
         state, (traj, info) = jax.lax.scan(
             one_step, state, jax.random.split(key, rollout_len), unroll=unroll

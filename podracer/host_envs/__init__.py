@@ -4,7 +4,7 @@ Every one implements :class:`podracer.types.HostEnvironment` (sync or async, sai
 ``is_async``), and :func:`make` builds one by id:
 
 - ``envpool:<task>`` — :class:`~podracer.host_envs.envpool.EnvpoolEnvironment` (sync and async
-  modes, Atari options);
+  modes, Atari options, MuJoCo and continuous classic control);
 - ``gymnasium:<id>`` — :class:`~podracer.host_envs.gymnasium.GymnasiumEnvironment`, a gymnasium
   vector environment (sync mode);
 - any JAX environment id (``catch``, ``gymnax:<name>``, a registered id, ``module:attribute``) —
@@ -13,7 +13,12 @@ Every one implements :class:`podracer.types.HostEnvironment` (sync or async, sai
 
 Whatever the kind, the ``TimeStep`` s mean what they mean for podracer's JAX environments
 (same-step auto-reset, ``final_obs``, terminated and truncated kept apart, episode statistics in
-``info``).
+``info``), and actions are checked by the ``action_spec``'s kind
+(:mod:`podracer.host_envs.checks`): a ``DiscreteActionSpec`` takes ints ``[num_envs]`` in
+``0..num_actions - 1``; a ``BoundedActionSpec`` (``envpool:HalfCheetah-v4`` and the other MuJoCo
+tasks, ``envpool:Pendulum-v1``, ``gymnasium:Pendulum-v1``, a continuous JAX environment) takes
+finite floats ``[num_envs, *shape]`` and clips them to ``[low, high]``. f64 observations (MuJoCo)
+come as f32.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 """envpool environments on the host, for Sebulba's actor threads (NumPy in, NumPy out).
 
 :func:`make` builds an :class:`EnvpoolEnvironment` from an id ``"envpool:<task>"`` (any envpool
-task with discrete actions and one array observation: ``envpool:CartPole-v1``,
-``envpool:Acrobot-v1``, ``envpool:Breakout-v5``, ...; ``envpool.list_all_envs()`` lists them).
-Nothing here is traced or jitted; one object belongs to one thread.
+task with discrete or continuous actions and one array observation: ``envpool:CartPole-v1``,
+``envpool:Acrobot-v1``, ``envpool:Breakout-v5``, the MuJoCo tasks ``envpool:HalfCheetah-v4``,
+``envpool:Hopper-v4``, ``envpool:Walker2d-v4``, ``envpool:Ant-v4``, ``envpool:Humanoid-v4``, ...,
+continuous classic control ``envpool:Pendulum-v1`` and ``envpool:MountainCarContinuous-v0``;
+``envpool.list_all_envs()`` lists them). Nothing here is traced or jitted; one object belongs to
+one thread.
 
 Every :class:`~podracer.types.TimeStep` it returns means what it means for podracer's JAX
 environments, which envpool alone does not give:
@@ -33,6 +36,18 @@ environments, which envpool alone does not give:
   ``episodic_life`` a game ends at game over or the time limit, not at each lost life (which is a
   ``terminated`` step for the learner).
 
+**Actions.** A ``Discrete(n)`` task takes ints ``[num_envs]`` in ``0..n-1``
+(``DiscreteActionSpec(n)``). A ``Box`` task (MuJoCo, ``Pendulum-v1``, ...) takes floats
+``[num_envs, *shape]`` (``BoundedActionSpec(shape, low, high, "float32")``, the bounds f32 arrays of
+``shape``): they must be finite, values outside ``[low, high]`` are clipped to it (a Gaussian
+policy's samples go to the environment within its bounds), and they reach envpool in its own dtype
+(f64 for MuJoCo). **Observations** envpool gives in f64 (MuJoCo) come as f32 (the network
+computes in f32; half the bytes to the device), and ``observation_spec`` says so; other dtypes
+(Atari's uint8, classic control's f32) are as envpool gives them. MuJoCo and classic-control tasks
+have a ``max_episode_steps`` (1000 for MuJoCo, 200 for ``Pendulum-v1``), so their time limit is
+the host's (above): a MuJoCo task's ``terminated`` is its own termination (Hopper, Walker2d, Ant
+and Humanoid falling), never the time limit, which is ``truncated``.
+
 **Sync mode** (``batch_size`` ``None`` or ``num_envs``): :meth:`EnvpoolEnvironment.reset` and
 :meth:`EnvpoolEnvironment.step` over all ``num_envs`` environments, rows in env id order. After a
 step where the envs ``E`` ended, the adapter calls envpool once more for ``E`` alone
@@ -58,7 +73,9 @@ instead of blocking.
 actions with probability 0.25 and the full action space of 18. Observations are uint8
 ``[frame_stack, img_height, img_width]``. ``max_episode_steps`` (agent steps; envpool's default
 for Atari is 27000, i.e. 108000 frames) is an option of every task that has one. Other settings of
-envpool's task config (``noop_max``, ``frame_skip``, ...) are passed through under envpool's names.
+envpool's task config (``noop_max``, ``frame_skip``, MuJoCo's ``frame_skip``, ``frame_stack``,
+``ctrl_cost_weight``, ``terminate_when_unhealthy``, ``reset_noise_scale``, ...) are passed through
+under envpool's names.
 """
 
 from __future__ import annotations
@@ -72,8 +89,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from podracer.config import ConfigError, ConfigValueError, check_positive, check_range
-from podracer.host_envs.checks import discrete_actions
-from podracer.types import DiscreteActionSpec, EpisodeInfo, ObservationSpec, TimeStep
+from podracer.host_envs.checks import continuous_actions, discrete_actions
+from podracer.types import (
+    BoundedActionSpec,
+    DiscreteActionSpec,
+    EpisodeInfo,
+    ObservationSpec,
+    TimeStep,
+)
 
 PREFIX = "envpool:"
 STICKY_ACTION_PROBABILITY = 0.25  # Machado et al. (2018)
@@ -174,6 +197,14 @@ def _quiet_spaces():
         yield
 
 
+def _bounded_action_spec(space: Any) -> BoundedActionSpec:
+    """A Box action space as podracer's spec: f32 actions, f32 bounds of the space's shape."""
+    with np.errstate(over="ignore"):  # bounds beyond f32's range become +-inf
+        low = np.broadcast_to(np.asarray(space.low, np.float32), space.shape).copy()
+        high = np.broadcast_to(np.asarray(space.high, np.float32), space.shape).copy()
+    return BoundedActionSpec(tuple(int(d) for d in space.shape), low, high, "float32")
+
+
 def _check_int(obj: Any, field: str) -> None:
     value = getattr(obj, field)
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
@@ -254,9 +285,19 @@ class EnvpoolEnvironment:
         self._atari = atari
         self._episodic_life = episodic_life
         with _quiet_spaces():
-            obs_space = pool.observation_space
-            self.action_spec = DiscreteActionSpec(int(pool.action_space.n))
-        self.observation_spec = ObservationSpec(tuple(obs_space.shape), np.dtype(obs_space.dtype))
+            obs_space, action_space = pool.observation_space, pool.action_space
+        self._discrete = type(action_space).__name__ == "Discrete"
+        if self._discrete:
+            self.action_spec = DiscreteActionSpec(int(action_space.n))
+        else:  # a Box: f32 actions for the agent, envpool's dtype (f64 for MuJoCo) for envpool
+            self.action_spec = _bounded_action_spec(action_space)
+            self._pool_action_dtype = np.dtype(action_space.dtype)
+        # f64 observations (MuJoCo) come as f32: what the network computes in, half the bytes
+        obs_dtype = np.dtype(obs_space.dtype)
+        self._cast_obs = obs_dtype == np.float64
+        if self._cast_obs:
+            obs_dtype = np.dtype(np.float32)
+        self.observation_spec = ObservationSpec(tuple(obs_space.shape), obs_dtype)
         self._all_ids = np.arange(num_envs, dtype=np.int32)
         self._closed = False
 
@@ -304,12 +345,23 @@ class EnvpoolEnvironment:
             )
 
     def _check_actions(self, actions: Any, n: int) -> np.ndarray:
+        if not self._discrete:
+            actions = continuous_actions(self.id, actions, n, self.action_spec)
+            return actions.astype(self._pool_action_dtype, copy=False)
         num_actions = self.action_spec.num_actions
         actions = discrete_actions(self.id, actions, n, num_actions)
         return actions.astype(np.int32, copy=False)
 
+    def _dummy_actions(self, n: int) -> np.ndarray:
+        """Actions for envpool's auto-reset call, which ignores them."""
+        if self._discrete:
+            return np.zeros(n, np.int32)
+        return np.zeros((n, *self.action_spec.shape), self._pool_action_dtype)
+
     def _recv_pool(self) -> _PoolOutput:
         obs, reward, terminated, truncated, info = self._pool.recv()
+        if self._cast_obs:
+            obs = obs.astype(np.float32)
         reward = np.asarray(reward, np.float32)
         game_over = np.asarray(info["terminated"], bool) if self._atari else None
         score = np.asarray(info["reward"], np.float32) if self._atari else reward
@@ -328,7 +380,7 @@ class EnvpoolEnvironment:
         if self._time_limit is not None:
             self._pool._reset(env_ids)  # envpool's reset(env_ids) without its recv (async safe)
         else:  # envpool's own auto-reset: the step after done (Atari: next life or new game)
-            self._pool.send(np.zeros(len(env_ids), np.int32), env_ids)
+            self._pool.send(self._dummy_actions(len(env_ids)), env_ids)
 
     def _account(self, out: _PoolOutput) -> tuple[np.ndarray, np.ndarray, EpisodeInfo]:
         """Flags and episode statistics of one envpool step of the envs ``out.env_id``.
@@ -383,6 +435,8 @@ class EnvpoolEnvironment:
         """Resets every environment (sync mode). All fields ``[num_envs, ...]``; reward 0."""
         self._require(False, "reset()")
         obs, info = self._pool.reset()
+        if self._cast_obs:
+            obs = obs.astype(np.float32)
         env_id = np.asarray(info["env_id"])
         if not np.array_equal(env_id, self._all_ids):
             obs = obs[np.argsort(env_id, kind="stable")]
@@ -392,7 +446,8 @@ class EnvpoolEnvironment:
         return TimeStep(obs, np.zeros(n, np.float32), false, false.copy(), obs, self._zero_info(n))
 
     def step(self, actions: np.ndarray) -> TimeStep:
-        """Steps every environment with ``actions`` (int ``[num_envs]``), sync mode.
+        """Steps every environment with ``actions`` (int ``[num_envs]``, or float
+        ``[num_envs, *action_spec.shape]`` for continuous actions), sync mode.
 
         Returns a ``TimeStep`` with fields ``[num_envs, ...]`` in env id order; environments
         whose episode ended are already reset (``obs``), ``final_obs`` keeps their last
@@ -543,8 +598,8 @@ class EnvpoolEnvironment:
                 self._in_flight += len(eid)
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
-        """Sends ``actions`` (int ``[n]``) to the environments ``env_ids`` (``[n]``, from
-        :meth:`recv`), async mode."""
+        """Sends ``actions`` (int ``[n]``, or float ``[n, *action_spec.shape]`` for continuous
+        actions) to the environments ``env_ids`` (``[n]``, from :meth:`recv`), async mode."""
         self._require(True, "send()")
         env_ids = np.asarray(env_ids)
         if (
@@ -596,8 +651,9 @@ def make(
     """Builds ``num_envs`` envpool environments of the task in ``env_id = "envpool:<task>"``.
 
     Args:
-      env_id: ``"envpool:"`` and an envpool task id with discrete actions (``CartPole-v1``,
-        ``Acrobot-v1``, ``Breakout-v5``, ...; ``envpool.list_all_envs()`` lists them all).
+      env_id: ``"envpool:"`` and an envpool task id with discrete or continuous (Box) actions
+        (``CartPole-v1``, ``Acrobot-v1``, ``Breakout-v5``, ``HalfCheetah-v4``, ``Pendulum-v1``,
+        ...; ``envpool.list_all_envs()`` lists them all).
       num_envs: environments in the pool.
       batch_size: ``None`` or ``num_envs`` for sync mode (``reset`` / ``step``); fewer for async
         mode (``async_reset`` / ``recv`` / ``send``), each ``recv`` returning that many envs.
@@ -605,12 +661,12 @@ def make(
       num_threads: envpool's worker threads (0: envpool's default).
       **options: ``max_episode_steps`` (tasks with a time limit), the Atari options of
         :class:`AtariOptions` (``-v5`` tasks only), or other settings of the task's envpool
-        config under envpool's names.
+        config under envpool's names (a MuJoCo task's ``frame_skip``, ``frame_stack``, ...).
 
     Raises:
       ConfigValueError: (a ``ConfigError`` and a ``ValueError``) an unknown id, a task with
-        continuous actions or a non-array observation, an unknown option or one the task does
-        not take.
+        actions neither Discrete nor Box or a non-array observation, an unknown option or one
+        the task does not take.
       ConfigError: a value that is not allowed.
     """
     if not isinstance(env_id, str) or not env_id.startswith(PREFIX):
@@ -635,10 +691,10 @@ def make(
     config = spec.config._asdict()
     with _quiet_spaces():
         action_space, observation_space = spec.action_space, spec.observation_space
-    if type(action_space).__name__ != "Discrete":
+    if type(action_space).__name__ not in ("Discrete", "Box"):
         raise ConfigValueError(
             f"{env_id} is not allowed: its actions are {action_space}; podracer's envpool "
-            "adapter takes tasks with discrete actions"
+            "adapter takes tasks with discrete (Discrete) or continuous (Box) actions"
         )
     if type(observation_space).__name__ != "Box":
         raise ConfigValueError(
@@ -671,7 +727,7 @@ def make(
     allowed = {k for k in config if k not in _MANAGED and k not in _NOT_OPTIONS}
     allowed = sorted(allowed | set(ATARI_OPTIONS)) if atari else sorted(allowed)
     for name, value in options.items():
-        if name in ATARI_OPTIONS and not atari:
+        if name in ATARI_OPTIONS and not atari and name not in config:
             raise ConfigValueError(
                 f"{env_id}: option {name}={value!r} is not allowed: it is an option of "
                 f"envpool's Atari tasks ('{PREFIX}<Game>-v5'); {task} takes: "
@@ -686,7 +742,7 @@ def make(
                 "num_threads)"
             )
 
-    kwargs = {k: v for k, v in options.items() if k not in ATARI_OPTIONS}
+    kwargs = {k: v for k, v in options.items() if not (atari and k in ATARI_OPTIONS)}
     episodic_life = False
     if atari:
         atari_options = AtariOptions(**{k: v for k, v in options.items() if k in ATARI_OPTIONS})

@@ -30,9 +30,15 @@ it means for podracer's JAX environments:
   are unseeded.
 
 **Actions.** ``Discrete(n)``: ints ``[num_envs]`` in ``0..n-1`` (``DiscreteActionSpec(n)``; a
-space's ``start`` is added on the way in). ``Box``: ``[num_envs, *shape]`` finite numbers, cast
-to the space's dtype (``BoundedActionSpec``); values outside the bounds go to the environment as
-they are, as with gymnasium itself (most classic-control tasks clip them, MuJoCo tasks do not).
+space's ``start`` is added on the way in). ``Box`` (``Pendulum-v1``,
+``MountainCarContinuous-v0``, the MuJoCo tasks where ``mujoco`` is installed): ``[num_envs,
+*shape]`` finite floats (``BoundedActionSpec(shape, low, high, float32)``; a bound is one float
+when it is the same everywhere), clipped to ``[low, high]`` and cast to the space's dtype on the
+way in (:func:`podracer.host_envs.checks.continuous_actions`; gymnasium's MuJoCo tasks would
+take out-of-bounds actions as they are).
+
+**Observations** come in the space's dtype, except f64 (gymnasium's MuJoCo tasks), which comes as
+f32 (what the network computes in); ``observation_spec`` says which.
 
 **Options** are the keyword arguments of ``gymnasium.make``: ``max_episode_steps`` (the
 ``TimeLimit``) and the environment's own constructor arguments (``g=9.81`` for Pendulum, ...).
@@ -47,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from podracer.config import ConfigError, ConfigValueError
-from podracer.host_envs.checks import discrete_actions
+from podracer.host_envs.checks import continuous_actions, discrete_actions
 from podracer.types import (
     BoundedActionSpec,
     DiscreteActionSpec,
@@ -85,7 +91,7 @@ def _action_spec(env_id: str, space: Any) -> DiscreteActionSpec | BoundedActionS
             tuple(int(d) for d in space.shape),
             _bound(space.low),
             _bound(space.high),
-            np.dtype(space.dtype),
+            np.dtype(np.float32),  # podracer's actions; cast to the space's dtype on the way in
         )
     raise ConfigValueError(
         f"{env_id} is not allowed: its actions are {space}; podracer's gymnasium adapter takes "
@@ -127,11 +133,13 @@ class GymnasiumEnvironment:
                 f"{env_id} is not allowed: its observation is {obs_space}; podracer's gymnasium "
                 "adapter takes environments with one array observation (a Box space)"
             )
-        self.observation_spec = ObservationSpec(
-            tuple(int(d) for d in obs_space.shape), np.dtype(obs_space.dtype)
-        )
+        obs_dtype = np.dtype(obs_space.dtype)
+        if obs_dtype == np.float64:  # MuJoCo: f32, what the network computes in
+            obs_dtype = np.dtype(np.float32)
+        self.observation_spec = ObservationSpec(tuple(int(d) for d in obs_space.shape), obs_dtype)
         action_space = vector_env.single_action_space
         self.action_spec = _action_spec(env_id, action_space)
+        self._action_dtype = np.dtype(action_space.dtype)  # what the environment takes
         self._action_start = int(getattr(action_space, "start", 0))  # Discrete(n, start)
 
         self._return = np.zeros(self.num_envs, np.float64)  # running episode's return
@@ -150,19 +158,8 @@ class GymnasiumEnvironment:
         if isinstance(spec, DiscreteActionSpec):
             actions = discrete_actions(self.id, actions, n, spec.num_actions)
             return actions.astype(np.int64) + self._action_start
-        shape = (n, *spec.shape)
-        if actions.shape != shape:
-            raise ValueError(
-                f"{self.id}: actions of shape {actions.shape} are not allowed: give one action "
-                f"of shape {spec.shape} per environment, shape {shape}"
-            )
-        if actions.dtype.kind not in "iuf":
-            raise ValueError(
-                f"{self.id}: actions of dtype {actions.dtype} are not allowed: give numbers"
-            )
-        if not np.all(np.isfinite(actions)):
-            raise ValueError(f"{self.id}: actions {actions} are not allowed: they must be finite")
-        return actions.astype(spec.dtype)
+        actions = continuous_actions(self.id, actions, n, spec)
+        return actions.astype(self._action_dtype, copy=False)
 
     def reset(self) -> TimeStep:
         """Resets every environment; the first call seeds env ``i`` with ``seed + i``. All fields

@@ -4,7 +4,10 @@ environment (NumPy in, NumPy out, sync mode).
 It lets Sebulba run the JAX environments (``catch``, ``gymnax:...``) — for tests that compare
 Sebulba with Anakin on the same dynamics, and for trying Sebulba without envpool. The environment
 runs jitted on a CPU device; the episode statistics come from
-:class:`~podracer.envs.EpisodeStatistics`.
+:class:`~podracer.envs.EpisodeStatistics`. Actions are checked by the environment's action spec:
+ints ``[num_envs]`` for a ``DiscreteActionSpec``; for a ``BoundedActionSpec`` finite floats
+``[num_envs, *shape]``, clipped to ``[low, high]``
+(:func:`podracer.host_envs.checks.continuous_actions`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import jax
 import numpy as np
 
 from podracer.envs.wrappers import EpisodeStatistics
-from podracer.host_envs.checks import discrete_actions
+from podracer.host_envs.checks import continuous_actions, discrete_actions
 from podracer.types import DiscreteActionSpec, TimeStep
 
 
@@ -62,14 +65,8 @@ class JaxHostEnvironment:
         if isinstance(spec, DiscreteActionSpec):
             actions = discrete_actions(self.id, actions, self.num_envs, spec.num_actions)
             actions = actions.astype(np.int32)
-        else:
-            actions = np.asarray(actions, spec.dtype)
-            shape = (self.num_envs, *spec.shape)
-            if actions.shape != shape:
-                raise ValueError(
-                    f"{self.id}: actions of shape {actions.shape} are not allowed: give one "
-                    f"action of shape {spec.shape} per environment, shape {shape}"
-                )
+        else:  # a BoundedActionSpec: finite floats, clipped to the bounds
+            actions = continuous_actions(self.id, actions, self.num_envs, spec)
         actions = jax.device_put(actions, self._device)
         self._state, ts = self._step(self._next_key(), self._state, actions)
         return jax.device_get(ts)

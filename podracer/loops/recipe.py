@@ -38,7 +38,9 @@ class Recipe(NamedTuple):
         """``(agent, optimizer)`` of a member whose hyper-parameters ``hparams`` (traced scalars
         in a sweep or a population) replace the config's."""
         config = dataclasses.replace(self.agent_config, **hparams)  # traced values skip checks
-        return self.agent_spec.build(config, self.env_spec.action, self.num_updates)
+        return self.agent_spec.build(
+            config, self.env_spec.action, self.num_updates, self.env_spec.observation
+        )
 
     def learner(
         self,
@@ -80,7 +82,9 @@ def make_recipe(
     env_spec = loop.probe(env_id, loop_config, seed)
     steps_per_update = loop.steps_per_update(loop_config)
     num_updates = max(1, total_timesteps // steps_per_update)
-    agent, optimizer = agent_spec.build(agent_config, env_spec.action, num_updates)
+    agent, optimizer = agent_spec.build(
+        agent_config, env_spec.action, num_updates, env_spec.observation
+    )
     return Recipe(
         env_id=env_id,
         env_spec=env_spec,
