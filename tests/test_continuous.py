@@ -2,6 +2,7 @@
 bad action specs, and the running normalisation (NumPy statistics, 2 devices == 1, checkpoint,
 evaluation)."""
 
+import dataclasses
 import math
 
 import distrax
@@ -29,6 +30,7 @@ from podracer.types import (
     BoundedActionSpec,
     DiscreteActionSpec,
     ObservationSpec,
+    TimeStep,
     Trajectory,
 )
 
@@ -70,7 +72,9 @@ def test_gaussian_log_prob_entropy_kl_equal_numpy_and_distrax():
     np.testing.assert_allclose(log_prob, p.log_prob(u), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(entropy, p.entropy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(kl, p.kl_divergence(q), rtol=1e-4, atol=1e-4)
-    assert float(jnp.max(kl)) > 0.1 and float(head.kl((mean, log_std), (mean, log_std)).max()) < 1e-6
+    assert (
+        float(jnp.max(kl)) > 0.1 and float(head.kl((mean, log_std), (mean, log_std)).max()) < 1e-6
+    )
 
 
 def test_categorical_head_equals_distrax():
@@ -234,7 +238,9 @@ def test_normalised_learner_two_devices_equal_one(one_device, two_devices):
     obs = np.concatenate([t.obs.reshape(-1, 3) for t in trajectories])
     np.testing.assert_allclose(one.agent_state.observations.mean, obs.mean(0), rtol=1e-5)
     np.testing.assert_allclose(one.agent_state.observations.var, obs.var(0), rtol=1e-4)
-    returns = np.concatenate([np.asarray(discounted_returns(t, 0.99)).ravel() for t in trajectories])
+    returns = np.concatenate(
+        [np.asarray(discounted_returns(t, 0.99)).ravel() for t in trajectories]
+    )
     np.testing.assert_allclose(one.agent_state.returns.var, returns.var(), rtol=1e-4)
     for a, b in zip(
         jax.tree.leaves((one.params, one.agent_state)),
@@ -268,3 +274,139 @@ def test_normalisation_fields_are_checked_and_on_every_actor_critic():
     # without normalisation an agent is returned as it is (no slot, no wrapper)
     agent, _ = build(PPOConfig(), DiscreteActionSpec(2), 1, ObservationSpec((3,), np.float32))
     assert agent.init_state(jax.random.key(0), None) == ()
+
+
+def normalised_spec(eval_interval):
+    from podracer import runs
+    from podracer.anakin import AnakinConfig
+
+    return runs.RunSpec(
+        arch="anakin",
+        agent="ppo",
+        env="gymnax:Pendulum-v1",
+        seed=1,
+        total_timesteps=8 * 64,
+        agent_config=dataclasses.replace(NORMALISED, num_epochs=2, num_minibatches=2),
+        arch_config=AnakinConfig(num_envs=4, rollout_len=16, updates_per_call=2),
+        options=runs.RunOptions(
+            checkpoint_interval=4, eval_interval=eval_interval, eval_episodes=2
+        ),
+    )
+
+
+def latest_state(run_dir, spec):
+    from podracer import anakin
+    from podracer.checkpoint import Checkpointer
+
+    system = anakin.build(
+        spec.env,
+        spec.agent_config,
+        spec.arch_config,
+        total_timesteps=spec.total_timesteps,
+        devices=jax.devices()[:1],
+    )
+    with Checkpointer(run_dir) as checkpointer:
+        state, _ = checkpointer.restore(system.init(spec.seed))
+    return state.learner
+
+
+def test_normaliser_resumes_bitwise_and_evaluation_leaves_it_alone(tmp_path):
+    import os
+    import shutil
+
+    from podracer import runs
+    from podracer.checkpoint import Checkpointer
+
+    one = jax.devices()[:1]
+    spec = normalised_spec(eval_interval=2)
+    straight = str(tmp_path / "straight")
+    summary = runs.train(spec, straight, console=False, devices=one)
+    # resumed from the checkpoint of update 4: the same statistics and params, bit for bit
+    resumed = str(tmp_path / "resumed")
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(os.path.join(resumed, "checkpoints", "8"))
+    assert Checkpointer(resumed).steps() == [4]
+    again = runs.train(spec, resumed, resume=True, console=False, devices=one)
+    assert again["params_checksum"] == summary["params_checksum"]
+    a, b = latest_state(straight, spec), latest_state(resumed, spec)
+    stats = a.agent_state.observations
+    assert float(stats.count[0]) == 8.0 and float(jnp.min(stats.var)) > 0
+    assert not np.allclose(stats.mean, 0.0) and not np.allclose(a.agent_state.returns.var, 1.0)
+    for x, y in zip(jax.tree.leaves(a.agent_state), jax.tree.leaves(b.agent_state), strict=True):
+        np.testing.assert_array_equal(x, y)
+    # the same run without evaluation: evaluation changed nothing the learner keeps
+    quiet = str(tmp_path / "no_eval")
+    plain = runs.train(normalised_spec(eval_interval=0), quiet, console=False, devices=one)
+    assert plain["params_checksum"] == summary["params_checksum"]
+    c = latest_state(quiet, spec)
+    for x, y in zip(jax.tree.leaves(a.agent_state), jax.tree.leaves(c.agent_state), strict=True):
+        np.testing.assert_array_equal(x, y)
+    # and evaluating the run's checkpoint leaves it as it was
+    assert runs.evaluate_run(straight, episodes=2)["episodes"] == 2
+    d = latest_state(straight, spec)
+    from podracer.checkpoint import to_raw
+
+    for x, y in zip(jax.tree.leaves(to_raw(a)), jax.tree.leaves(to_raw(d)), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+class Slide:
+    """A deterministic 1-D slide: the position moves by the action (in [-1, 1]); reaching 2
+    pays 1 and terminates; 5 steps truncate. The observation is (position, time)."""
+
+    id = "slide"
+    default_params = None
+    observation_spec = ObservationSpec((2,), jnp.dtype(jnp.float32))
+    action_spec = BoundedActionSpec((1,), low=-1.0, high=1.0)
+
+    def reset(self, key, params):
+        state = jnp.zeros(2)
+        return state, TimeStep(state, jnp.float32(0), jnp.bool_(False), jnp.bool_(False), state)
+
+    def step(self, key, state, action, params):
+        position = state[0] + action[0]
+        time_ = state[1] + 1
+        terminated = position >= 2.0
+        truncated = (time_ >= 5) & ~terminated
+        final_obs = jnp.stack([position, time_])
+        done = terminated | truncated
+        state = jnp.where(done, jnp.zeros(2), final_obs)
+        return state, TimeStep(
+            state, terminated.astype(jnp.float32), terminated, truncated, final_obs
+        )
+
+
+def test_anakin_rollout_equals_sebulba_actor_for_a_normalised_gaussian_agent():
+    from podracer.core import make_rollout, reset_envs
+    from podracer.core.normalisation import NormalisedState, RunningStatistics
+    from podracer.host_envs.jax_env import JaxHostEnvironment
+    from podracer.sebulba import HostCarry, host_rollout, rollout_keys
+    from podracer.sebulba.system import make_act
+
+    env = Slide()
+    config = dataclasses.replace(NORMALISED, init_log_std=0.5)
+    agent, _ = build(config, env.action_spec, 1, env.observation_spec)
+    params = agent.init(jax.random.key(0), jnp.zeros(2))
+    stats = RunningStatistics(jnp.float32(3), jnp.array([0.5, 2.0]), jnp.array([0.25, 4.0]))
+    acting = agent.actor_params(params, NormalisedState((), stats, init_statistics(())))
+    num_envs, num_steps = 3, 16
+    key = jax.random.key(42)
+    rollout = make_rollout(env, agent, num_steps)
+    state = reset_envs(env, jax.random.split(jax.random.key(1), num_envs), None)
+    _, anakin_traj, _ = jax.jit(rollout)(acting, state, None, key)
+    host_env = JaxHostEnvironment(env, num_envs)
+    carry = HostCarry(host_env.reset(), ())
+    _, sebulba_traj, _ = host_rollout(
+        host_env, make_act(agent), acting, carry, rollout_keys(key, num_steps)
+    )
+    assert jax.tree.structure(anakin_traj) == jax.tree.structure(sebulba_traj)
+    for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(sebulba_traj), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=1e-5)
+    assert anakin_traj.terminated.any() and anakin_traj.truncated.any()
+    assert anakin_traj.action.shape == (num_steps, num_envs, 1)
+    # the actors normalised with the statistics they were given: the same params without them
+    # act differently
+    plain = agent.actor_params(params, agent.init_state(jax.random.key(0), params))
+    _, other, _ = jax.jit(rollout)(plain, state, None, key)
+    assert not np.allclose(other.behaviour.value, anakin_traj.behaviour.value)
