@@ -128,7 +128,8 @@ class Trajectory(NamedTuple):
 
     @property
     def action(self) -> Array:
-        """i32 ``[T, B]``: the actions taken (those of the behaviour policy)."""
+        """The actions the environment was given (those of the behaviour policy): i32
+        ``[T, B]``, or f32 ``[T, B, *shape]`` for continuous actions."""
         return self.behaviour.action
 
 
