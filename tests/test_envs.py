@@ -7,7 +7,8 @@ from gymnax.environments import spaces
 
 from podracer import envs
 from podracer.envs.catch import CatchState
-from podracer.envs.gymnax import DISCRETE_IDS
+from podracer.envs.gymnax import CONTINUOUS_IDS, DISCRETE_IDS
+from podracer.types import BoundedActionSpec, DiscreteActionSpec
 
 
 def run_episode(env, policy, seed=0, max_steps=2000):
@@ -88,7 +89,7 @@ def test_unknown_id_lists_known_ids():
     for known in ("catch", "gymnax:CartPole-v1", "gymnax:Breakout-MinAtar"):
         assert known in message
     with pytest.raises(ValueError, match="Known ids"):
-        envs.make("gymnax:Pendulum-v1")  # continuous actions
+        envs.make("gymnax:MNISTBandit-bsuite")  # left out: it downloads a data set
 
 
 def test_catch_dynamics_by_hand():
@@ -140,3 +141,101 @@ def test_episode_statistics_on_cartpole_counts_return_and_length():
     steps, _, ts = run_episode(env, lambda obs: 0)
     assert int(ts.info.episode_length) == steps
     assert float(ts.info.episode_return) == float(steps)  # reward 1 per step
+
+
+def test_continuous_ids_cover_gymnax_registry():
+    expected = []
+    for name in gymnax.registered_envs:
+        if name == "MNISTBandit-bsuite":  # downloads a data set when built
+            continue
+        env, params = gymnax.make(name)
+        if isinstance(env.action_space(params), spaces.Box):
+            expected.append(name)
+    assert sorted(expected) == sorted(CONTINUOUS_IDS)
+    assert all(f"gymnax:{name}" in envs.KNOWN_IDS for name in CONTINUOUS_IDS)
+
+
+def test_pendulum_action_spec():
+    env = envs.make("gymnax:Pendulum-v1")
+    spec = env.action_spec
+    assert isinstance(spec, BoundedActionSpec)
+    assert spec.shape == (1,) and spec.dtype == "float32"
+    for bound, value in ((spec.low, -2.0), (spec.high, 2.0)):
+        assert isinstance(bound, np.ndarray) and bound.dtype == np.float32
+        np.testing.assert_array_equal(bound, np.full((1,), value, np.float32))
+    assert env.observation_spec.shape == (3,)
+    assert isinstance(envs.make("gymnax:CartPole-v1").action_spec, DiscreteActionSpec)
+
+
+def test_pendulum_step_equals_gymnax_step():
+    env = envs.make("gymnax:Pendulum-v1")
+    raw, params = gymnax.make("Pendulum-v1")
+    state, ts = env.reset(jax.random.key(0), params)
+    raw_obs, raw_state = raw.reset(jax.random.key(0), params)
+    np.testing.assert_array_equal(ts.obs, raw_obs)
+    for t, torque in enumerate([1.5, -0.7, 2.0]):
+        action = jnp.array([torque], jnp.float32)  # action_spec.shape
+        key = jax.random.key(10 + t)
+        state, ts = env.step(key, state, action, params)
+        raw_obs, raw_state, raw_reward, _, _, _ = raw.step(key, raw_state, action, params)
+        assert ts.obs.shape == (3,) and ts.reward.shape == () and ts.reward.dtype == jnp.float32
+        np.testing.assert_array_equal(ts.obs, raw_obs)
+        np.testing.assert_array_equal(ts.final_obs, raw_obs)
+        assert float(ts.reward) == float(raw_reward)
+        assert not bool(ts.terminated | ts.truncated)
+
+
+def test_pendulum_time_limit_is_a_truncation():
+    env = envs.make("gymnax:Pendulum-v1")
+    params = env.default_params
+
+    @jax.jit
+    def run(key):
+        state, _ = env.reset(key, params)
+
+        def body(state, key):
+            return env.step(key, state, jnp.array([0.5], jnp.float32), params)
+
+        return jax.lax.scan(body, state, jax.random.split(key, 200))
+
+    state, ts = run(jax.random.key(0))
+    done = np.asarray(ts.terminated | ts.truncated)
+    assert not np.any(ts.terminated)
+    assert np.flatnonzero(done).tolist() == [199]  # the 200th step
+    assert bool(ts.truncated[199])
+    # final_obs is where the 200th step went; obs is already a fresh episode's first.
+    np.testing.assert_array_equal(ts.obs[:199], ts.final_obs[:199])
+    assert not np.allclose(ts.obs[199], ts.final_obs[199])
+    theta, theta_dot = float(state.theta), float(state.theta_dot)
+    assert int(state.time) == 0 and abs(theta_dot) <= 1.0  # reset
+    np.testing.assert_allclose(ts.obs[199], [np.cos(theta), np.sin(theta), theta_dot], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", CONTINUOUS_IDS)
+def test_continuous_gymnax_envs_step_batched(name):
+    env = envs.make(f"gymnax:{name}")
+    spec = env.action_spec
+    keys = jax.random.split(jax.random.key(0), 3)
+    state, ts = jax.vmap(env.reset, in_axes=(0, None))(keys, env.default_params)
+    actions = jnp.broadcast_to(jnp.asarray(spec.high), (3, *spec.shape))
+    state, ts = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))(
+        keys, state, actions, env.default_params
+    )
+    assert ts.obs.shape == (3, *env.observation_spec.shape)
+    assert ts.obs.dtype == env.observation_spec.dtype
+    assert ts.reward.shape == (3,) and ts.reward.dtype == jnp.float32
+    assert ts.terminated.dtype == jnp.bool_ and ts.truncated.dtype == jnp.bool_
+
+
+def test_discrete_step_is_gymnax_step():
+    env = envs.make("gymnax:CartPole-v1")
+    raw, params = gymnax.make("CartPole-v1")
+    state, _ = env.reset(jax.random.key(0), params)
+    raw_obs, raw_state = raw.reset(jax.random.key(0), params)
+    for t in range(3):
+        key = jax.random.key(t)
+        state, ts = env.step(key, state, t % 2, params)
+        raw_obs, raw_state, raw_reward, _, _, info = raw.step(key, raw_state, t % 2, params)
+        np.testing.assert_array_equal(ts.obs, raw_obs)
+        np.testing.assert_array_equal(ts.final_obs, info["final_observation"])
+        assert float(ts.reward) == float(raw_reward)

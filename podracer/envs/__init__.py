@@ -1,10 +1,13 @@
 """On-device environments: ``make(id)`` builds one by its id.
 
-Ids: ``"catch"`` (the Podracer paper's demo), ``"gymnax:<name>"`` for every discrete-action
-environment of gymnax (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...), an id added
-with :func:`register`, and ``"module:attribute"``: a user's environment class or factory,
-imported from ``sys.path`` or the current directory and called with the keyword arguments
-(``podracer train --env my_envs:make_env``).
+Ids: ``"catch"`` (the Podracer paper's demo), ``"gymnax:<name>"`` for every environment of
+gymnax, discrete (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...) or continuous
+(``gymnax:Pendulum-v1``, ``gymnax:MountainCarContinuous-v0``, ...), ``"brax:<name>"`` for brax's
+environments (``brax:ant``, ``brax:halfcheetah``, ...; options in the id as a query string,
+``brax:ant?backend=positional&episode_length=100``, see :mod:`podracer.envs.brax`; brax is an
+optional extra), an id added with :func:`register`, and ``"module:attribute"``: a user's
+environment class or factory, imported from ``sys.path`` or the current directory and called
+with the keyword arguments (``podracer train --env my_envs:make_env``).
 """
 
 from __future__ import annotations
@@ -14,13 +17,20 @@ from collections.abc import Callable
 from typing import Any
 
 from podracer.config import ConfigValueError
+from podracer.envs import brax as brax_envs
+from podracer.envs.brax import BRAX_IDS, BraxEnvironment  # brax itself: when a brax: id is made
 from podracer.envs.catch import Catch
-from podracer.envs.gymnax import DISCRETE_IDS, GymnaxEnvironment
+from podracer.envs.gymnax import CONTINUOUS_IDS, DISCRETE_IDS, GymnaxEnvironment
 from podracer.envs.wrappers import EpisodeStatistics
 
-KNOWN_IDS: tuple[str, ...] = ("catch", *(f"gymnax:{name}" for name in DISCRETE_IDS))
+KNOWN_IDS: tuple[str, ...] = (
+    "catch",
+    *(f"gymnax:{name}" for name in DISCRETE_IDS),
+    *(f"gymnax:{name}" for name in CONTINUOUS_IDS),
+    *(f"brax:{name}" for name in BRAX_IDS),
+)
 
-RESERVED_PREFIXES = ("gymnax:", "envpool:", "gymnasium:")
+RESERVED_PREFIXES = ("gymnax:", "brax:", "envpool:", "gymnasium:")
 """Id prefixes of the built-in families (JAX and host); any other ``a:b`` is a module path."""
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
@@ -46,6 +56,8 @@ def make(env_id: str, **kwargs):
         return Catch(**kwargs)
     if env_id.startswith("gymnax:") and env_id in KNOWN_IDS:
         return GymnaxEnvironment(env_id.removeprefix("gymnax:"), **kwargs)
+    if env_id.startswith("brax:"):
+        return brax_envs.make(env_id, **kwargs)
     if ":" in env_id and not env_id.startswith(RESERVED_PREFIXES):
         from podracer.agents.spec import load_attribute
 
@@ -76,4 +88,12 @@ def make(env_id: str, **kwargs):
     )
 
 
-__all__ = ["KNOWN_IDS", "Catch", "EpisodeStatistics", "GymnaxEnvironment", "make", "register"]
+__all__ = [
+    "KNOWN_IDS",
+    "BraxEnvironment",
+    "Catch",
+    "EpisodeStatistics",
+    "GymnaxEnvironment",
+    "make",
+    "register",
+]

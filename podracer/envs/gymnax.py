@@ -5,6 +5,12 @@ the pre-reset observation in ``info["final_observation"]``. The adapter turns th
 :class:`~podracer.types.TimeStep` and makes ``terminated`` and ``truncated`` exclusive: an episode
 that reaches a terminal state on the time limit's last step is *terminated* (its value is zero,
 there is nothing to bootstrap).
+
+Discrete-action environments (:data:`DISCRETE_IDS`) take i32 actions ``[]``
+(``DiscreteActionSpec``); continuous ones (:data:`CONTINUOUS_IDS`, gymnax's ``Box`` action
+spaces) take f32 actions of ``action_spec.shape`` (``BoundedActionSpec``, with ``low`` / ``high``
+NumPy f32 arrays of that shape). Continuous actions go to gymnax as they are: Pendulum and
+MountainCarContinuous clip them to their bounds, the ``-misc`` tasks do not.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from podracer.config import ConfigValueError
-from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec, TimeStep
 
 # Every discrete-action environment of gymnax's registry. MNISTBandit-bsuite is left out: it
 # downloads the MNIST data set when it is built, which a run on a cluster node cannot rely on.
@@ -41,24 +48,44 @@ DISCRETE_IDS: tuple[str, ...] = (
     "FrozenLake-misc",
 )
 
+# Every continuous-action (Box) environment of gymnax's registry.
+CONTINUOUS_IDS: tuple[str, ...] = (
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
+    "PointRobot-misc",
+    "Reacher-misc",
+    "Swimmer-misc",
+)
+
 
 class GymnaxEnvironment:
-    """A discrete-action gymnax environment, auto-resetting, with ``final_obs`` kept."""
+    """A gymnax environment (discrete or continuous actions), auto-resetting, with ``final_obs``
+    kept."""
 
     def __init__(self, name: str, **env_kwargs: Any):
         import gymnax
         from gymnax.environments import spaces
 
-        if name not in DISCRETE_IDS:
+        if name not in DISCRETE_IDS and name not in CONTINUOUS_IDS:
             raise ConfigValueError(
                 f"gymnax environment {name!r} is not supported: podracer's gymnax adapter takes "
-                f"the discrete-action environments {', '.join(DISCRETE_IDS)}"
+                f"{', '.join((*DISCRETE_IDS, *CONTINUOUS_IDS))}"
             )
         self.id = f"gymnax:{name}"
         self._env, self._default_params = gymnax.make(name, **env_kwargs)
         action_space = self._env.action_space(self._default_params)
-        assert isinstance(action_space, spaces.Discrete), action_space
-        self._num_actions = int(action_space.n)
+        self._action_spec: DiscreteActionSpec | BoundedActionSpec
+        if isinstance(action_space, spaces.Discrete):
+            self._action_spec = DiscreteActionSpec(int(action_space.n))
+        else:
+            assert isinstance(action_space, spaces.Box), action_space
+            shape = tuple(int(d) for d in action_space.shape)
+            low, high = (
+                np.broadcast_to(np.asarray(bound, np.float32), shape).copy()
+                for bound in (action_space.low, action_space.high)
+            )
+            self._action_spec = BoundedActionSpec(shape, low, high, "float32")
+        self._continuous = isinstance(self._action_spec, BoundedActionSpec)
         obs_space = self._env.observation_space(self._default_params)
         self._obs_spec = ObservationSpec(tuple(obs_space.shape), jnp.dtype(obs_space.dtype))
 
@@ -71,8 +98,8 @@ class GymnaxEnvironment:
         return self._obs_spec
 
     @property
-    def action_spec(self) -> DiscreteActionSpec:
-        return DiscreteActionSpec(self._num_actions)
+    def action_spec(self) -> DiscreteActionSpec | BoundedActionSpec:
+        return self._action_spec
 
     @property
     def unwrapped(self):
@@ -91,6 +118,8 @@ class GymnaxEnvironment:
         )
 
     def step(self, key, state, action, params):
+        if self._continuous:
+            action = jnp.asarray(action, jnp.float32)
         obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
         terminated = jnp.asarray(terminated, bool)
         truncated = jnp.asarray(truncated, bool) & ~terminated
