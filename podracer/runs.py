@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 from typing import Any
 
@@ -210,7 +211,7 @@ def load_spec(run_dir: str) -> RunSpec:
 def default_run_dir(spec: RunSpec, root: str = "runs", kind: str | None = None) -> str:
     """``root/<env>-<agent>-<kind>-<time>``; the kind is the loop's name (with the population's
     size), or what ``kind`` says (``sweep``)."""
-    env = spec.env.replace(":", "_").replace("/", "_")
+    env = re.sub(r"[^A-Za-z0-9_.=-]", "_", spec.env.replace("?", "-").replace("&", "-"))
     now = time.time()
     if jax.process_count() > 1:  # one directory for every process: process 0's clock
         from jax.experimental import multihost_utils

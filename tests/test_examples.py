@@ -146,3 +146,40 @@ def test_tournament_example_trains_a_tiny_population(load, tmp_path, capsys):
     assert console.count("leaderboard steps") == 2
     assert f"replaced {first['member']}<-{first['parent']}" in console
     assert console.count("; age ") == 6  # the 3 best members of each leaderboard
+
+
+def test_locomotion_tournament_example_on_brax_ant(load, tmp_path, capsys):
+    """examples/tournament_locomotion.py on brax:ant, as a smoke run: Anakin PPO with the brax
+    preset (Gaussian policy, normalisation), 2 members, 4 updates, a tournament at update 2."""
+    pytest.importorskip("brax")
+    from podracer.population import PopulationConfig
+
+    example = load("tournament_locomotion")
+    run_dir = tmp_path / "run"
+    summary = example.main(
+        example.Args(
+            env="brax:ant?episode_length=16",
+            total_timesteps=4 * 4 * 8,  # 4 updates of 4 envs x 8 steps per member
+            run_dir=str(run_dir),
+            population=PopulationConfig(
+                size=2,
+                interval=2,
+                fraction=0.5,
+                hparams=("lr", "init_log_std"),
+                init=("lr=1e-4:1e-3", "init_log_std=-1.0:0.0"),
+                eval_episodes=1,
+                eval_max_steps=16,
+            ),
+            ppo={"num_minibatches": 2, "num_epochs": 1, "hidden_sizes": (16, 16)},
+            anakin={"num_envs": 4, "rollout_len": 8},
+        )
+    )
+    assert summary["population"] == 2 and summary["num_updates"] == 4
+    assert all(np.isfinite(score) for score in summary["final_scores"])
+    boards = [json.loads(line) for line in (run_dir / "leaderboard.jsonl").read_text().splitlines()]
+    assert [b["updates"] for b in boards] == [2, 4]
+    first = {m["member"]: m["hparams"] for m in boards[0]["members"]}
+    assert sorted(h["init_log_std"] for h in first.values()) == pytest.approx([-1.0, 0.0])
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["agent_config"]["normalize_observations"] is True  # the brax preset
+    assert np.isfinite(summary["params_checksum"])
