@@ -26,16 +26,20 @@ def _orthogonal(scale: float):
 
 
 class MLP(nn.Module):
-    """Flatten ``[B, ...] -> [B, D]``, then dense layers with an activation after each."""
+    """Flatten ``[B, ...] -> [B, D]``, then dense layers with an activation after each (and,
+    with ``layer_norm``, a LayerNorm between the dense layer and its activation)."""
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs):
         x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
         for size in self.hidden_sizes:
             x = nn.Dense(size, kernel_init=_orthogonal(np.sqrt(2)))(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
             x = ACTIVATIONS[self.activation](x)
         return x
 
@@ -206,13 +210,15 @@ class ActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """``obs [B, ...] -> q-values [B, A]`` through an MLP torso."""
+    """``obs [B, ...] -> q-values [B, A]`` through an MLP torso (LayerNorm after each dense
+    layer with ``layer_norm``, as PQN's network)."""
 
     num_actions: int
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "relu"
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs):
-        x = MLP(self.hidden_sizes, self.activation)(obs)
+        x = MLP(self.hidden_sizes, self.activation, self.layer_norm)(obs)
         return nn.Dense(self.num_actions)(x)

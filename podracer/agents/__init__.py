@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from podracer.agents import impala, ppo, qlambda
+from podracer.agents import impala, ppo, pqn, qlambda
 from podracer.agents.impala import IMPALAConfig
 from podracer.agents.policy import ActorCriticFields, learning_rate
 from podracer.agents.ppo import PPOConfig
+from podracer.agents.pqn import PQNConfig
 from podracer.agents.qlambda import QLambdaConfig
 from podracer.agents.spec import (
     AGENTS,
@@ -23,7 +24,7 @@ from podracer.agents.spec import (
 )
 from podracer.types import ActionSpec, ObservationSpec
 
-for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC):
+for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC):
     register(_spec)
 
 
@@ -43,6 +44,7 @@ __all__ = [
     "AgentSpec",
     "IMPALAConfig",
     "PPOConfig",
+    "PQNConfig",
     "QLambdaConfig",
     "Space",
     "build",
@@ -52,6 +54,7 @@ __all__ = [
     "learning_rate",
     "load_attribute",
     "ppo",
+    "pqn",
     "qlambda",
     "register",
     "spec_of",

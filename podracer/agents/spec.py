@@ -52,7 +52,8 @@ class AgentSpec(NamedTuple):
     - ``name``: the command line's ``--agent`` name;
     - ``config_cls``: a frozen dataclass, validated in ``__post_init__``; its fields become the
       ``--agent.FIELD`` flags;
-    - ``make_agent(config, action_spec) -> Agent``;
+    - ``make_agent(config, action_spec) -> Agent`` (or ``make_agent(config, action_spec, *,
+      num_updates)`` for an agent with a schedule over the run, such as an exploration rate);
     - ``make_optimizer(config, num_updates) -> optax transformation``;
     - ``default_env``: the environment id used when none is given (Anakin; Sebulba's default is
       the loop's own);
@@ -88,14 +89,27 @@ class AgentSpec(NamedTuple):
         asks for (which needs the ``observation_spec``)."""
         from podracer.core.normalisation import NormalisationFields, normalised
 
-        agent = self.make_agent(config, action_spec)
+        if takes_num_updates(self.make_agent):
+            agent = self.make_agent(config, action_spec, num_updates=num_updates)
+        else:
+            agent = self.make_agent(config, action_spec)
         if isinstance(config, NormalisationFields):
             agent = normalised(agent, config, observation_spec, getattr(config, "gamma", 0.99))
         return agent, self.make_optimizer(config, num_updates)
 
 
+def takes_num_updates(make_agent: Callable) -> bool:
+    """Whether ``make_agent`` takes the keyword ``num_updates``."""
+    import inspect
+
+    try:
+        return "num_updates" in inspect.signature(make_agent).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 AGENTS: dict[str, AgentSpec] = {}
-"""The registered agents by name (built in: ppo, impala, qlambda)."""
+"""The registered agents by name (built in: ppo, impala, qlambda, pqn)."""
 
 _BY_CONFIG: dict[type, AgentSpec] = {}  # the registered specs by config class
 

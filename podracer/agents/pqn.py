@@ -1,0 +1,207 @@
+"""PQN: parallelised Q-learning with LayerNorm, no replay buffer and no target network.
+
+Gallici et al., 2024, "Simplifying deep temporal difference learning",
+https://arxiv.org/abs/2407.04811. Many environments act epsilon-greedily with a Q-network whose
+dense layers are each followed by a LayerNorm; once per update the lambda-returns of the rollout
+are computed with the params before the update,
+
+.. math::
+    G_t = r_t + \\gamma_t [(1 - \\lambda_t) \\max_a Q(s'_t, a) + \\lambda_t G_{t+1}],
+    \\qquad G_{T-1} = r_{T-1} + \\gamma_{T-1} \\max_a Q(s'_{T-1}, a),
+
+with ``s'_t`` the trajectory's ``bootstrap_obs[t]`` (the observation after step ``t``, before
+any auto-reset), ``gamma_t = gamma (1 - terminated_t)`` and ``lambda_t = lambda (1 - done_t)``
+(the trace is cut at every episode end; a truncation bootstraps from its final observation), as
+``rlax.lambda_returns`` computes them (Peng's Q(lambda) targets). Then epochs of minibatches of
+transitions regress ``Q(s_t, a_t)`` on ``G_t``: ``0.5 (Q(s_t, a_t) - G_t)^2``.
+
+The exploration rate decays linearly from ``epsilon_start`` to ``epsilon_finish`` over the first
+``epsilon_decay`` of the run's updates; it lives in the agent's slot (the updates done) and
+reaches the actors with the params (``actor_params``), so Anakin, Sebulba and a resumed run all
+act with the rate of their update. Evaluation is greedy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from podracer.agents.optim import clipped_adam
+from podracer.agents.policy import select
+from podracer.agents.spec import AgentSpec, Space, num_actions
+from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.networks import ACTIVATIONS, QNetwork
+from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory
+
+
+@dataclasses.dataclass(frozen=True)
+class PQNConfig:
+    """PQN hyper-parameters (defaults: CleanRL's ``pqn.py`` for CartPole, after the paper:
+    32 environments x 64 steps, 4 epochs x 16 minibatches, lr 2.5e-4 annealed, lambda 0.65,
+    epsilon 1 -> 0.05 over the first half of the run)."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate (initial value when annealed)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    """Discount factor."""
+    q_lambda: float = 0.65
+    """Trace parameter of the lambda-returns."""
+    epsilon_start: float = 1.0
+    """Exploration rate at the start of the run."""
+    epsilon_finish: float = 0.05
+    """Exploration rate after the decay."""
+    epsilon_decay: float = 0.5
+    """Fraction of the run's updates over which the exploration rate decays linearly."""
+    num_epochs: int = 4
+    """SGD passes over each batch."""
+    num_minibatches: int = 16
+    """Minibatches (of transitions) per pass; must divide the transitions per device."""
+    max_grad_norm: float = 10.0
+    """Global gradient norm clip (0 disables it)."""
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    """Hidden layer sizes of the Q-network's MLP."""
+    activation: str = "relu"
+    """Activation of the MLP: one of tanh, relu, gelu, silu."""
+    layer_norm: bool = True
+    """A LayerNorm after each dense layer (what lets PQN do without a target network)."""
+
+    def __post_init__(self):
+        check_positive(self, "lr", "num_epochs", "num_minibatches")
+        check_range(self, "gamma", 0.0, 1.0)
+        check_range(self, "q_lambda", 0.0, 1.0)
+        check_range(self, "epsilon_start", 0.0, 1.0)
+        check_range(self, "epsilon_finish", 0.0, 1.0)
+        check_range(self, "epsilon_decay", 0.0, 1.0)
+        check_range(self, "max_grad_norm", 0.0, None)
+        check_layer_sizes(self, "hidden_sizes")
+        check_choice(self, "activation", tuple(ACTIVATIONS))
+
+
+class PQNBatch(NamedTuple):
+    """One sample per transition, ``[N]`` with ``N = T * B``."""
+
+    obs: jax.Array
+    action: jax.Array  # i32
+    target: jax.Array  # f32: the lambda-return G_t
+
+
+class EpsilonGreedy(NamedTuple):
+    """What PQN's actors receive: the params and the exploration rate of this update."""
+
+    params: dict
+    epsilon: jax.Array  # f32 []
+
+
+def epsilon_at(config: PQNConfig, updates: jax.Array, num_updates: int) -> jax.Array:
+    """The exploration rate after ``updates`` updates of ``num_updates``."""
+    decay_updates = max(1.0, config.epsilon_decay * num_updates)
+    fraction = jnp.minimum(updates.astype(jnp.float32) / decay_updates, 1.0)
+    return config.epsilon_start + fraction * (config.epsilon_finish - config.epsilon_start)
+
+
+def lambda_returns(reward, terminated, truncated, q_next_max, gamma, q_lambda):
+    """``G [T, B]`` from time-major ``[T, B]`` inputs (``q_next_max[t] = max_a Q(s'_t, a)``)."""
+    discount = gamma * (1.0 - terminated.astype(jnp.float32))
+    trace = q_lambda * (1.0 - (terminated | truncated).astype(jnp.float32))
+    returns = jax.vmap(rlax.lambda_returns, in_axes=1, out_axes=1)
+    return returns(reward, discount, q_next_max, trace)
+
+
+def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates: int = 1) -> Agent:
+    """PQN as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    actions = num_actions(action_spec, "pqn")
+    network = QNetwork(actions, tuple(config.hidden_sizes), config.activation, config.layer_norm)
+
+    def init(key, example_obs):
+        return network.init(key, example_obs[None])
+
+    def init_state(key, params):
+        del key, params
+        return jnp.zeros((), jnp.int32)  # updates done
+
+    def update_state(updates, params, traj, mean_fn):
+        del params, traj, mean_fn
+        return updates + 1
+
+    def actor_params(params, updates):
+        return EpsilonGreedy(params, epsilon_at(config, updates, num_updates))
+
+    def act(acting: EpsilonGreedy, actor_state, obs, key):
+        q = network.apply(acting.params, obs)
+        explore_key, random_key = jax.random.split(key)
+        greedy = jnp.argmax(q, axis=-1)
+        random = jax.random.randint(random_key, greedy.shape, 0, actions)
+        eps = acting.epsilon
+        action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
+        prob = eps / actions + (1.0 - eps) * (action == greedy)
+        out = ActorOutput(action, jnp.log(prob), jnp.max(q, -1), extras={"logits": q})
+        return actor_state, out
+
+    def prepare(params, updates, traj: Trajectory, mean_fn):
+        del updates, mean_fn
+        num_steps, num_envs = traj.reward.shape
+        flat = traj.bootstrap_obs.reshape(num_steps * num_envs, *traj.obs.shape[2:])
+        q_next_max = jnp.max(network.apply(params, flat), axis=-1).reshape(num_steps, num_envs)
+        target = lambda_returns(
+            traj.reward,
+            traj.terminated,
+            traj.truncated,
+            jax.lax.stop_gradient(q_next_max),
+            config.gamma,
+            config.q_lambda,
+        )
+        batch = PQNBatch(traj.obs, traj.action, target)
+        return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), batch)
+
+    def loss(params, batch: PQNBatch, key):
+        del key
+        q = network.apply(params, batch.obs)
+        q_taken = select(q, batch.action)
+        total = 0.5 * jnp.mean(jnp.square(q_taken - batch.target))
+        return total, {"loss": total, "mean_q": jnp.mean(q_taken)}
+
+    return Agent(
+        init=init,
+        act=act,
+        prepare=prepare,
+        loss=loss,
+        init_state=init_state,
+        update_state=update_state,
+        actor_params=actor_params,
+    )
+
+
+def make_optimizer(config: PQNConfig, num_updates: int) -> optax.GradientTransformation:
+    """Adam after global-norm clipping; the learning rate constant or linearly annealed to 0
+    over the run's optimizer steps."""
+    lr = config.lr
+    if config.anneal_lr:
+        steps = max(1, num_updates) * config.num_epochs * config.num_minibatches
+        lr = optax.linear_schedule(config.lr, 0.0, transition_steps=steps)
+    return clipped_adam(lr, config.max_grad_norm)
+
+
+SPEC = AgentSpec(
+    name="pqn",
+    config_cls=PQNConfig,
+    make_agent=make_agent,
+    make_optimizer=make_optimizer,
+    default_env="gymnax:CartPole-v1",
+    loop_defaults={
+        "anakin": {"num_envs": 32, "rollout_len": 64},
+        "sebulba": {"envs_per_actor": 32, "rollout_len": 64},
+    },
+    search_space={
+        "lr": Space(1e-6, 1e-1, log=True),
+        "gamma": Space(0.8, 0.9999),
+        "q_lambda": Space(0.0, 1.0),
+        "epsilon_finish": Space(0.0, 0.5),
+    },
+)
