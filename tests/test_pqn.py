@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from podracer.agents import PQNConfig, build
-from podracer.agents.pqn import epsilon_at, lambda_returns
+from podracer.agents.policy import epsilon_at
+from podracer.agents.pqn import lambda_returns
 from podracer.networks import QNetwork
 from podracer.types import ActorOutput, DiscreteActionSpec, ObservationSpec, Trajectory
 

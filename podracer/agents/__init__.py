@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podracer.agents import impala, ppo, pqn, qlambda
+from podracer.agents import dqn, impala, ppo, pqn, qlambda
+from podracer.agents.dqn import DQNConfig
 from podracer.agents.impala import IMPALAConfig
 from podracer.agents.policy import ActorCriticFields, learning_rate
 from podracer.agents.ppo import PPOConfig
@@ -24,7 +25,7 @@ from podracer.agents.spec import (
 )
 from podracer.types import ActionSpec, ObservationSpec
 
-for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC):
+for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC, dqn.SPEC):
     register(_spec)
 
 
@@ -42,12 +43,14 @@ __all__ = [
     "AGENTS",
     "ActorCriticFields",
     "AgentSpec",
+    "DQNConfig",
     "IMPALAConfig",
     "PPOConfig",
     "PQNConfig",
     "QLambdaConfig",
     "Space",
     "build",
+    "dqn",
     "epochs_learner",
     "get",
     "impala",

@@ -262,3 +262,40 @@ def make_act(network, head: PolicyHead):
 def make_categorical_act(network):
     """``act`` of the categorical policy (:func:`make_act` with :func:`categorical_head`)."""
     return make_act(network, categorical_head())
+
+
+class EpsilonGreedy(NamedTuple):
+    """What an epsilon-greedy agent's actors receive: the params and this update's exploration
+    rate (``Agent.actor_params`` computes it from the agent's slot)."""
+
+    params: Any
+    epsilon: jax.Array  # f32 []
+
+
+def epsilon_at(config, updates: jax.Array, num_updates: int) -> jax.Array:
+    """The exploration rate after ``updates`` of ``num_updates`` updates: linear from
+    ``config.epsilon_start`` to ``config.epsilon_finish`` over the first
+    ``config.epsilon_decay`` of the run, then constant."""
+    decay_updates = max(1.0, config.epsilon_decay * num_updates)
+    fraction = jnp.minimum(updates.astype(jnp.float32) / decay_updates, 1.0)
+    return config.epsilon_start + fraction * (config.epsilon_finish - config.epsilon_start)
+
+
+def epsilon_greedy_act(network, num_actions: int):
+    """``act(acting: EpsilonGreedy, actor_state, obs, key)`` for a Q-network: the greedy action,
+    or with probability ``epsilon`` a uniformly random one; records the probability of the
+    action taken, ``max_a q`` as the value and the q-values as ``extras["logits"]`` (so greedy
+    evaluation takes their argmax)."""
+
+    def act(acting: EpsilonGreedy, actor_state, obs, key):
+        q = network.apply(acting.params, obs)
+        explore_key, random_key = jax.random.split(key)
+        greedy = jnp.argmax(q, axis=-1)
+        random = jax.random.randint(random_key, greedy.shape, 0, num_actions)
+        eps = acting.epsilon
+        action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
+        prob = eps / num_actions + (1.0 - eps) * (action == greedy)
+        out = ActorOutput(action, jnp.log(prob), jnp.max(q, -1), extras={"logits": q})
+        return actor_state, out
+
+    return act

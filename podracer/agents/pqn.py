@@ -32,11 +32,11 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import select
+from podracer.agents.policy import EpsilonGreedy, epsilon_at, epsilon_greedy_act, select
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.networks import ACTIVATIONS, QNetwork
-from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory
+from podracer.types import ActionSpec, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,20 +92,6 @@ class PQNBatch(NamedTuple):
     target: jax.Array  # f32: the lambda-return G_t
 
 
-class EpsilonGreedy(NamedTuple):
-    """What PQN's actors receive: the params and the exploration rate of this update."""
-
-    params: dict
-    epsilon: jax.Array  # f32 []
-
-
-def epsilon_at(config: PQNConfig, updates: jax.Array, num_updates: int) -> jax.Array:
-    """The exploration rate after ``updates`` updates of ``num_updates``."""
-    decay_updates = max(1.0, config.epsilon_decay * num_updates)
-    fraction = jnp.minimum(updates.astype(jnp.float32) / decay_updates, 1.0)
-    return config.epsilon_start + fraction * (config.epsilon_finish - config.epsilon_start)
-
-
 def lambda_returns(reward, terminated, truncated, q_next_max, gamma, q_lambda):
     """``G [T, B]`` from time-major ``[T, B]`` inputs (``q_next_max[t] = max_a Q(s'_t, a)``)."""
     discount = gamma * (1.0 - terminated.astype(jnp.float32))
@@ -133,16 +119,7 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
     def actor_params(params, updates):
         return EpsilonGreedy(params, epsilon_at(config, updates, num_updates))
 
-    def act(acting: EpsilonGreedy, actor_state, obs, key):
-        q = network.apply(acting.params, obs)
-        explore_key, random_key = jax.random.split(key)
-        greedy = jnp.argmax(q, axis=-1)
-        random = jax.random.randint(random_key, greedy.shape, 0, actions)
-        eps = acting.epsilon
-        action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
-        prob = eps / actions + (1.0 - eps) * (action == greedy)
-        out = ActorOutput(action, jnp.log(prob), jnp.max(q, -1), extras={"logits": q})
-        return actor_state, out
+    act = epsilon_greedy_act(network, actions)
 
     def prepare(params, updates, traj: Trajectory, mean_fn):
         del updates, mean_fn

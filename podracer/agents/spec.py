@@ -86,8 +86,10 @@ class AgentSpec(NamedTuple):
     ):
         """``(agent, optimizer)`` for ``config`` and an environment's ``action_spec``; a config
         with :class:`~podracer.core.normalisation.NormalisationFields` gets the normalisation it
-        asks for (which needs the ``observation_spec``)."""
+        asks for, one with :class:`~podracer.core.replay.ReplayFields` a replay buffer in its
+        slot (:func:`~podracer.core.replay.replayed`); both need the ``observation_spec``."""
         from podracer.core.normalisation import NormalisationFields, normalised
+        from podracer.core.replay import ReplayFields, replayed
 
         if takes_num_updates(self.make_agent):
             agent = self.make_agent(config, action_spec, num_updates=num_updates)
@@ -95,6 +97,10 @@ class AgentSpec(NamedTuple):
             agent = self.make_agent(config, action_spec)
         if isinstance(config, NormalisationFields):
             agent = normalised(agent, config, observation_spec, getattr(config, "gamma", 0.99))
+        if isinstance(config, ReplayFields):
+            if observation_spec is None:
+                raise ValueError(f"{self.name}: a replay buffer needs the observation spec")
+            agent = replayed(agent, config, observation_spec)
         return agent, self.make_optimizer(config, num_updates)
 
 
@@ -109,7 +115,7 @@ def takes_num_updates(make_agent: Callable) -> bool:
 
 
 AGENTS: dict[str, AgentSpec] = {}
-"""The registered agents by name (built in: ppo, impala, qlambda, pqn)."""
+"""The registered agents by name (built in: ppo, impala, qlambda, pqn, dqn)."""
 
 _BY_CONFIG: dict[type, AgentSpec] = {}  # the registered specs by config class
 

@@ -107,20 +107,7 @@ def make_learner(
         )
 
     def local(params, batch):
-        """Params marked as varying over ``axis_name`` when the batch is (``shard_map`` with its
-        type check on): otherwise ``jax.grad`` with respect to replicated params already *sums*
-        the per-device gradients (the transpose of the implicit broadcast), and the ``pmean``
-        below would return D times the mean gradient. Marked, each device differentiates its
-        own loss and the ``pmean`` averages."""
-        leaves = jax.tree.leaves(batch)
-        if axis_name is None or not leaves or axis_name not in varying_axes(leaves[0]):
-            return params
-        return jax.tree.map(
-            lambda p: (
-                p if axis_name in varying_axes(p) else jax.lax.pcast(p, axis_name, to="varying")
-            ),
-            params,
-        )
+        return mark_varying(params, batch, axis_name)
 
     def gradient(params, minibatch, key, num_slices: int):
         """``grad(agent.loss)`` over the minibatch, as the mean over ``num_slices`` slices."""
@@ -154,9 +141,7 @@ def make_learner(
         params, opt_state = carry
         minibatch, key = minibatch_and_key
         grads, metrics = gradient(params, minibatch, key, num_slices)
-        if axis_name is not None:  # one all-reduce of one flat vector, not one per leaf
-            flat, unravel = jax.flatten_util.ravel_pytree(grads)
-            grads = unravel(pmean(flat))
+        grads = pmean_gradients(grads, axis_name)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return (params, opt_state), metrics
@@ -219,6 +204,30 @@ def make_learner(
         return new_state, metrics
 
     return Learner(init=init, update=update)
+
+
+def mark_varying(params, batch, axis_name: str | None):
+    """``params`` marked as varying over ``axis_name`` when ``batch`` is (``shard_map`` with its
+    type check on): otherwise ``jax.grad`` with respect to replicated params already *sums* the
+    per-device gradients (the transpose of the implicit broadcast), and a ``pmean`` after it
+    would return D times the mean gradient. Marked, each device differentiates its own loss and
+    the ``pmean`` averages."""
+    leaves = jax.tree.leaves(batch)
+    if axis_name is None or not leaves or axis_name not in varying_axes(leaves[0]):
+        return params
+    return jax.tree.map(
+        lambda p: p if axis_name in varying_axes(p) else jax.lax.pcast(p, axis_name, to="varying"),
+        params,
+    )
+
+
+def pmean_gradients(grads, axis_name: str | None):
+    """The gradients averaged over ``axis_name``: one all-reduce of one flat vector, not one
+    per leaf."""
+    if axis_name is None:
+        return grads
+    flat, unravel = jax.flatten_util.ravel_pytree(grads)
+    return unravel(jax.lax.pmean(flat, axis_name))
 
 
 def one_device(agent: Agent, agent_state):
