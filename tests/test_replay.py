@@ -12,11 +12,13 @@ import optax
 from jax.sharding import PartitionSpec as P
 
 from podracer.agents import DQNConfig, build
-from podracer.agents.dqn import DQNNetwork, DQNState, NStepItem, n_step_targets
+from podracer.agents.dqn import DQNNetwork, DQNState
 from podracer.core.replay import (
+    NStepItem,
     ReplayBatch,
     importance_weights,
     make_buffer,
+    n_step_targets,
     replay_learner,
     stored,
 )

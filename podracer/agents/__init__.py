@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from podracer.agents import dqn, impala, ppo, pqn, qlambda
+from podracer.agents import dqn, impala, ppo, pqn, qlambda, sac
 from podracer.agents.dqn import DQNConfig
 from podracer.agents.impala import IMPALAConfig
 from podracer.agents.policy import ActorCriticFields, learning_rate
 from podracer.agents.ppo import PPOConfig
 from podracer.agents.pqn import PQNConfig
 from podracer.agents.qlambda import QLambdaConfig
+from podracer.agents.sac import SACConfig
 from podracer.agents.spec import (
     AGENTS,
     AgentSpec,
@@ -25,7 +26,7 @@ from podracer.agents.spec import (
 )
 from podracer.types import ActionSpec, ObservationSpec
 
-for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC, dqn.SPEC):
+for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC, dqn.SPEC, sac.SPEC):
     register(_spec)
 
 
@@ -48,6 +49,7 @@ __all__ = [
     "PPOConfig",
     "PQNConfig",
     "QLambdaConfig",
+    "SACConfig",
     "Space",
     "build",
     "dqn",
@@ -60,5 +62,6 @@ __all__ = [
     "pqn",
     "qlambda",
     "register",
+    "sac",
     "spec_of",
 ]

@@ -34,7 +34,13 @@ from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import EpsilonGreedy, epsilon_at, epsilon_greedy_act, select
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
-from podracer.core.replay import ReplayBatch, ReplayFields, replay_learner
+from podracer.core.replay import (
+    NStepItem,
+    ReplayBatch,
+    ReplayFields,
+    n_step_items,
+    replay_learner,
+)
 from podracer.networks import ACTIVATIONS, MLP
 from podracer.types import ActionSpec, Agent, Trajectory
 
@@ -106,43 +112,11 @@ class DQNNetwork(nn.Module):
         return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
 
 
-class NStepItem(NamedTuple):
-    """One stored transition with its n-step target's pieces."""
-
-    obs: jax.Array  # [...]
-    action: jax.Array  # i32 []
-    n_step_return: jax.Array  # f32 []: G_t
-    discount: jax.Array  # f32 []: d_t (0 when the episode terminated within the k steps)
-    next_obs: jax.Array  # [...]: s'_t, what the target bootstraps from
-
-
 class DQNState(NamedTuple):
     """DQN's own slot: the target network and the updates done."""
 
     target_params: Any
     updates: jax.Array  # i32 []
-
-
-def n_step_targets(traj: Trajectory, gamma: float, n: int):
-    """``(G, d, last) [T, B]``: the n-step returns, their discounts and the step whose
-    ``bootstrap_obs`` each bootstraps from (see the module's docstring)."""
-    num_steps, num_envs = traj.reward.shape
-    t = jnp.arange(num_steps)[:, None] * jnp.ones((1, num_envs), jnp.int32)
-    env = jnp.broadcast_to(jnp.arange(num_envs)[None, :], (num_steps, num_envs))
-    ret = jnp.zeros((num_steps, num_envs), jnp.float32)
-    scale = jnp.ones((num_steps, num_envs), jnp.float32)  # gamma ** i
-    alive = jnp.ones((num_steps, num_envs), bool)
-    terminal = jnp.zeros((num_steps, num_envs), bool)
-    last = t
-    for i in range(n):
-        index = jnp.minimum(t + i, num_steps - 1)
-        valid = alive & (t + i < num_steps)
-        ret = ret + jnp.where(valid, scale * traj.reward[index, env], 0.0)
-        last = jnp.where(valid, index, last)
-        scale = jnp.where(valid, scale * gamma, scale)
-        terminal = terminal | (valid & traj.terminated[index, env])
-        alive = valid & ~(traj.terminated[index, env] | traj.truncated[index, env])
-    return ret, jnp.where(terminal, 0.0, scale), last
 
 
 def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates: int = 1):
@@ -173,17 +147,7 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
 
     def prepare(params, state, traj: Trajectory, mean_fn):
         del params, state, mean_fn
-        num_steps, num_envs = traj.reward.shape
-        ret, discount, last = n_step_targets(traj, config.gamma, config.n_step)
-        env = jnp.broadcast_to(jnp.arange(num_envs)[None, :], (num_steps, num_envs))
-        items = NStepItem(
-            obs=traj.obs,
-            action=traj.action,
-            n_step_return=ret,
-            discount=discount,
-            next_obs=traj.bootstrap_obs[last, env],
-        )
-        return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), items)
+        return n_step_items(traj, config.gamma, config.n_step)
 
     def loss(params, batch: ReplayBatch, key):
         del key

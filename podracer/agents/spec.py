@@ -115,7 +115,7 @@ def takes_num_updates(make_agent: Callable) -> bool:
 
 
 AGENTS: dict[str, AgentSpec] = {}
-"""The registered agents by name (built in: ppo, impala, qlambda, pqn, dqn)."""
+"""The registered agents by name (built in: ppo, impala, qlambda, pqn, dqn, sac)."""
 
 _BY_CONFIG: dict[type, AgentSpec] = {}  # the registered specs by config class
 

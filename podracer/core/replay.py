@@ -268,6 +268,53 @@ def importance_weights(probabilities, size, beta: float, axis_name: str | None =
     return weights / biggest
 
 
+class NStepItem(NamedTuple):
+    """One stored transition with its n-step target's pieces."""
+
+    obs: jax.Array  # [...]
+    action: jax.Array  # i32 []
+    n_step_return: jax.Array  # f32 []: G_t
+    discount: jax.Array  # f32 []: d_t (0 when the episode terminated within the k steps)
+    next_obs: jax.Array  # [...]: s'_t, what the target bootstraps from
+
+
+def n_step_targets(traj: Trajectory, gamma: float, n: int):
+    """``(G, d, last) [T, B]``: the n-step returns, their discounts and the step whose
+    ``bootstrap_obs`` each bootstraps from (see the module's docstring)."""
+    num_steps, num_envs = traj.reward.shape
+    t = jnp.arange(num_steps)[:, None] * jnp.ones((1, num_envs), jnp.int32)
+    env = jnp.broadcast_to(jnp.arange(num_envs)[None, :], (num_steps, num_envs))
+    ret = jnp.zeros((num_steps, num_envs), jnp.float32)
+    scale = jnp.ones((num_steps, num_envs), jnp.float32)  # gamma ** i
+    alive = jnp.ones((num_steps, num_envs), bool)
+    terminal = jnp.zeros((num_steps, num_envs), bool)
+    last = t
+    for i in range(n):
+        index = jnp.minimum(t + i, num_steps - 1)
+        valid = alive & (t + i < num_steps)
+        ret = ret + jnp.where(valid, scale * traj.reward[index, env], 0.0)
+        last = jnp.where(valid, index, last)
+        scale = jnp.where(valid, scale * gamma, scale)
+        terminal = terminal | (valid & traj.terminated[index, env])
+        alive = valid & ~(traj.terminated[index, env] | traj.truncated[index, env])
+    return ret, jnp.where(terminal, 0.0, scale), last
+
+
+def n_step_items(traj: Trajectory, gamma: float, n: int) -> NStepItem:
+    """The trajectory's transitions as :class:`NStepItem` s ``[T * B]`` (time-major order)."""
+    num_steps, num_envs = traj.reward.shape
+    ret, discount, last = n_step_targets(traj, gamma, n)
+    env = jnp.broadcast_to(jnp.arange(num_envs)[None, :], (num_steps, num_envs))
+    items = NStepItem(
+        obs=traj.obs,
+        action=traj.action,
+        n_step_return=ret,
+        discount=discount,
+        next_obs=traj.bootstrap_obs[last, env],
+    )
+    return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), items)
+
+
 def gradient_steps(config: ReplayFields, steps_per_update: int) -> int:
     """Gradient steps per update: ``replay_ratio`` times the update's environment steps, at
     least 1."""
