@@ -147,3 +147,25 @@ def test_pqn_learns_cartpole_from_the_command_line(tmp_path):
         str(tmp_path / "run"),
     )
     assert min(summary["final_return_per_seed"]) >= 475.0, summary
+
+
+@pytest.mark.slow
+def test_sebulba_pqn_learns_envpool_cartpole_from_the_command_line(tmp_path):
+    # Measured with the defaults (32 envs x 64 steps per update), 3e5 steps, seed 0: 500 in
+    # about 20 s. Sebulba's default mode is not deterministic; 400 leaves margin.
+    summary = podracer(
+        "train",
+        "--agent",
+        "pqn",
+        "--arch",
+        "sebulba",
+        "--env",
+        "envpool:CartPole-v1",
+        "--total-timesteps",
+        "300000",
+        "--quiet",
+        "--no-tensorboard",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    assert summary["final_return"] >= 400.0, summary
