@@ -139,14 +139,12 @@ def test_pqn_learns_cartpole_from_the_command_line(tmp_path):
         "pqn",
         "--total-timesteps",
         "500000",
-        "--arch.num-seeds",
-        "2",
         "--quiet",
         "--no-tensorboard",
         "--run-dir",
         str(tmp_path / "run"),
     )
-    assert min(summary["final_return_per_seed"]) >= 475.0, summary
+    assert summary["final_return"] >= 475.0, summary
 
 
 @pytest.mark.slow
