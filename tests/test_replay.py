@@ -325,3 +325,42 @@ def test_dqn_learns_cartpole_from_the_command_line(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["final_return"] >= 450.0, summary
+
+
+def test_a_dqn_tournament_carries_its_buffers_and_hyper_parameters(tmp_path):
+    """A population of DQN members over lr and the final exploration rate: each member keeps
+    its own buffer; a tournament copies the winner's params, target network and buffer."""
+    import json
+
+    from podracer import runs
+    from podracer.anakin import AnakinConfig
+    from podracer.population import PopulationConfig
+
+    spec = runs.RunSpec(
+        arch="anakin",
+        agent="dqn",
+        env="gymnax:CartPole-v1",
+        seed=0,
+        total_timesteps=4 * 32,
+        agent_config=DQNConfig(buffer_size=64, batch_size=16, learning_starts=32),
+        arch_config=AnakinConfig(num_envs=4, rollout_len=8, num_seeds=4),
+        options=runs.RunOptions(tensorboard=False),
+        population=PopulationConfig(
+            size=4,
+            interval=2,
+            hparams=("lr", "epsilon_finish"),
+            init=("lr=1e-4:1e-2", "epsilon_finish=0.0:0.3"),
+            eval_episodes=1,
+            eval_max_steps=20,
+        ),
+    )
+    summary = runs.train(spec, str(tmp_path / "pop"), console=False, devices=jax.devices()[:1])
+    assert summary["population"] == 4 and summary["num_updates"] == 4
+    boards = [
+        json.loads(line)
+        for line in (tmp_path / "pop" / "leaderboard.jsonl").read_text().split("\n")
+        if line
+    ]
+    first = sorted(m["hparams"]["epsilon_finish"] for m in boards[0]["members"])
+    np.testing.assert_allclose(first, [0.0, 0.1, 0.2, 0.3], atol=1e-6)
+    assert len(boards[0]["replaced"]) == 1
