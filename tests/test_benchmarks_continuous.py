@@ -49,9 +49,7 @@ def load_module():
 
 
 def test_smoke_run_prints_json_lines_and_writes_curves(tmp_path):
-    configs = ["pendulum"]
-    if importlib.util.find_spec("envpool") is not None:
-        configs.append("envpool-halfcheetah")
+    configs = ["pendulum"]  # the Sebulba configuration is timed by hand (CI's budget)
     figures = tmp_path / "figures"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     done = subprocess.run(
