@@ -69,7 +69,17 @@ def _kill(procs) -> None:
 
 
 def _json_lines(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    """Every JSON object printed on a line that starts with one. The processes share one
+    stdout pipe, so one process's final line can land right after another's before its
+    newline (seen in CI: "Extra data" at the second object); each object is decoded in turn."""
+    decoder, out = json.JSONDecoder(), []
+    for line in text.splitlines():
+        rest = line.strip()
+        while rest.startswith("{"):
+            obj, end = decoder.raw_decode(rest)
+            out.append(obj)
+            rest = rest[end:].lstrip()
+    return out
 
 
 def _launch(num_processes, args, out_dir, devices_per_process, timeout_s):

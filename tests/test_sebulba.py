@@ -378,11 +378,23 @@ def test_sebulba_impala_learns_envpool_cartpole():
 def test_ctrl_c_stops_every_thread():
     import _thread
 
-    timer = threading.Timer(12.0, _thread.interrupt_main)  # Ctrl-C, usually mid-training
+    # Ctrl-C, usually mid-training, and again every 2 s until the run has stopped: on a slow
+    # machine the first one can land while XLA compiles in the main thread, which does not pass
+    # it on (seen in CI: the run went on until the test timed out, twice).
+    stopped = threading.Event()
+
+    def interrupt():
+        if not stopped.wait(12.0):
+            _thread.interrupt_main()
+            while not stopped.wait(2.0):
+                _thread.interrupt_main()
+
+    timer = threading.Thread(target=interrupt, daemon=True)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             sebulba(small(deterministic=False), total=10**9)
     finally:
-        timer.cancel()
+        stopped.set()
+        timer.join(5)
     assert not podracer_threads()
