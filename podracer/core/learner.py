@@ -141,10 +141,7 @@ def make_learner(
         params, opt_state = carry
         minibatch, key = minibatch_and_key
         grads, metrics = gradient(params, minibatch, key, num_slices)
-        grads = pmean_gradients(grads, axis_name)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        return (params, opt_state), metrics
+        return optimizer_step(optimizer, params, opt_state, grads, axis_name), metrics
 
     def scan(body, carry, xs):
         """``lax.scan``, or with ``unroll=True`` a Python loop: straight-line code with no XLA
@@ -228,6 +225,14 @@ def pmean_gradients(grads, axis_name: str | None):
         return grads
     flat, unravel = jax.flatten_util.ravel_pytree(grads)
     return unravel(jax.lax.pmean(flat, axis_name))
+
+
+def optimizer_step(optimizer, params, opt_state, grads, axis_name: str | None):
+    """``(params, opt_state)`` after one optax step on ``grads`` averaged over ``axis_name``:
+    the step every learner of the core takes."""
+    grads = pmean_gradients(grads, axis_name)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
 
 
 def one_device(agent: Agent, agent_state):

@@ -39,7 +39,7 @@ from podracer.core.learner import (
     AGENT_STATE_STREAM,
     mark_varying,
     one_device,
-    pmean_gradients,
+    optimizer_step,
 )
 from podracer.types import Agent, Learner, LearnerState, ObservationSpec, Trajectory
 
@@ -393,9 +393,9 @@ def replay_learner(
             )
             metrics = dict(metrics)
             priority = metrics.pop("priority", None)
-            grads = pmean_gradients(grads, axis_name)
-            updates, new_opt_state = optimizer.update(grads, opt_state, params)
-            new_params = optax.apply_updates(params, updates)
+            new_params, new_opt_state = optimizer_step(
+                optimizer, params, opt_state, grads, axis_name
+            )
             params, opt_state = jax.tree.map(
                 lambda new, old: jnp.where(ready, new, old),
                 (new_params, new_opt_state),
