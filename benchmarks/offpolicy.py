@@ -8,6 +8,8 @@ Configurations (``--only``, comma-separated):
 
 - ``pqn-minatar``: Anakin PQN on ``gymnax:Breakout-MinAtar`` (PQN's loop defaults, 32 envs x 64
   steps), 1e6 steps (5e6 on an accelerator);
+- ``dqn-minatar`` and ``qlambda-minatar``: Anakin DQN (16 envs x 8 steps) and Q(λ) (128 x 16)
+  on the same environment with their defaults, about 1e6 steps, for the comparison with PQN;
 - ``dqn-cartpole``: Anakin DQN on ``gymnax:CartPole-v1`` (16 envs x 8 steps), 1e5 steps (5e5 on
   an accelerator);
 - ``sac-pendulum``: Anakin SAC on ``gymnax:Pendulum-v1`` (4 envs x 4 steps, one gradient step per
@@ -104,6 +106,32 @@ CONFIGS: dict[str, Bench] = {
         "gymnax:Breakout-MinAtar",
         total_steps=32 * 64 * 488,  # about 1e6
         accelerator_total_steps=32 * 64 * 2441,  # about 5e6
+        env_budget=2_000_000,
+        agent_values={},
+        cpu_loop={},
+        smoke_loop={"num_envs": 8, "rollout_len": 16},
+        smoke_agent={},
+        smoke_total_steps=8 * 16 * 4,
+    ),
+    "dqn-minatar": Bench(
+        "dqn",
+        "anakin",
+        "gymnax:Breakout-MinAtar",
+        total_steps=16 * 8 * 7813,  # about 1e6
+        accelerator_total_steps=16 * 8 * 39063,  # about 5e6
+        env_budget=2_000_000,
+        agent_values={},
+        cpu_loop={},
+        smoke_loop={},
+        smoke_agent={"learning_starts": 256},
+        smoke_total_steps=16 * 8 * 4,
+    ),
+    "qlambda-minatar": Bench(
+        "qlambda",
+        "anakin",
+        "gymnax:Breakout-MinAtar",
+        total_steps=128 * 16 * 488,  # about 1e6
+        accelerator_total_steps=128 * 16 * 2441,  # about 5e6
         env_budget=2_000_000,
         agent_values={},
         cpu_loop={},

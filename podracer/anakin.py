@@ -293,11 +293,10 @@ def make_anakin(
         not divide fails here, before any compilation."""
         seeds = (seed + np.asarray(offsets)).astype(np.uint32)
         hparams = {k: np.asarray(v, np.float32) for k, v in initial_hparams.items()}
-        state = init_seeds(seeds, hparams)
         if not checked:
-            jax.eval_shape(make_step(1), state)
+            jax.eval_shape(make_step(1), jax.eval_shape(init_seeds, seeds, hparams))
             checked.append(True)
-        return state
+        return init_seeds(seeds, hparams)
 
     checked: list[bool] = []
 

@@ -65,11 +65,14 @@ def _by_name(saved, abstract):
 
     def find(path, spec):
         node = saved
-        for key in path:
-            if isinstance(key, jax.tree_util.SequenceKey):
-                node = node[key.idx]
-            else:
-                node = node[getattr(key, "name", getattr(key, "key", None))]
+        try:
+            for key in path:
+                if isinstance(key, jax.tree_util.SequenceKey):
+                    node = node[key.idx]
+                else:
+                    node = node[getattr(key, "name", getattr(key, "key", None))]
+        except (KeyError, IndexError, TypeError) as missing:
+            raise ValueError(f"{jax.tree_util.keystr(path)}: not in the checkpoint") from missing
         value = np.asarray(fetch(node), spec.dtype)  # gathered when split over processes
         if value.shape != spec.shape:
             raise ValueError(f"{jax.tree_util.keystr(path)}: saved {value.shape}, not {spec.shape}")
@@ -204,9 +207,16 @@ class Checkpointer:
                 try:
                     state = _by_name(restored.state, _abstract(template))
                 except (KeyError, IndexError, TypeError, ValueError) as missing:
+                    meta = restored.meta or {}
+                    saved_by = (
+                        f"saved by --agent {meta['agent']} on --env {meta['env']}; "
+                        if "agent" in meta and "env" in meta
+                        else ""
+                    )
                     raise CheckpointError(
                         f"the checkpoint of step {step} in {self.directory} does not fit this "
-                        f"run: its state differs from what the run's config builds ({missing})"
+                        f"run: its state differs from what the run's config builds ({saved_by}"
+                        f"{missing})"
                     ) from mismatch
         except CheckpointError:
             raise

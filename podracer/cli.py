@@ -22,6 +22,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from podracer.config import ArgumentParser
+
 TOP_USAGE = """usage: podracer COMMAND [ARGS]
 
 commands:
@@ -56,7 +58,7 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
     from podracer.runs import RunOptions
 
     defaults = RunOptions()
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="podracer train",
         add_help=False,
         allow_abbrev=False,
@@ -338,7 +340,7 @@ def check_field_flags(args: Sequence[str], classes: dict[str, type], selectors) 
         i += 1
         prefix, dot, rest = arg.removeprefix("--").partition(".")
         if not arg.startswith("--") or not dot or prefix not in classes:
-            continue
+            raise CLIError(f"unrecognized argument {arg!r}: podracer train --help lists the flags")
         cls = classes[prefix]
         name, has_value, inline = rest.partition("=")
         field = name.replace("-", "_")
@@ -431,14 +433,25 @@ def _initialize(argv: Sequence[str]) -> None:
     )
 
 
+def _check_run_dir(argv: Sequence[str]) -> None:
+    """The run directory checked by every process before the processes join
+    (:func:`podracer.runs.check_run_dir`), so none has written into it yet."""
+    from podracer import agents, runs
+
+    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
+    if selectors.resume is not None:
+        runs.check_run_dir(selectors.resume, resume=True, flag="--resume")
+    elif selectors.run_dir is not None:
+        runs.check_run_dir(selectors.run_dir, resume=False)
+
+
 def train(argv: Sequence[str]) -> dict:
     from podracer import parallel, runs
 
+    _check_run_dir(argv)
     _initialize(argv)
     if any(a == "--resume" or a.startswith("--resume=") for a in argv):
         selectors, spec, run_dir = _resume_spec(argv)
-        if spec.total_timesteps != runs.load_spec(run_dir).total_timesteps:
-            runs.save_spec(run_dir, spec)  # the run's new length
         resume = True
     else:
         spec, selectors = run_spec(argv)
@@ -517,6 +530,7 @@ def sweep(argv: Sequence[str]) -> list[dict]:
             raise CLIError("--seeds needs an integer, e.g. --seeds 4") from error
         rest = rest[:i] + rest[i + 2 :]
     grid = sweeps.Grid(values=values, seeds=seeds)
+    _check_run_dir(rest)
     spec, selectors = run_spec(rest)
     if spec.population is not None:
         raise CLIError("--population is not allowed in a sweep: use podracer train --population")
@@ -536,9 +550,7 @@ def sweep(argv: Sequence[str]) -> list[dict]:
 
 
 def evaluate(argv: Sequence[str]) -> dict:
-    parser = argparse.ArgumentParser(
-        prog="podracer eval", description="Evaluate a saved run's checkpoint."
-    )
+    parser = ArgumentParser(prog="podracer eval", description="Evaluate a saved run's checkpoint.")
     parser.add_argument("run_dir", help="a run directory (podracer train --run-dir)")
     parser.add_argument("--episodes", type=int, default=10, help="episodes (per seed)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions (not greedy)")

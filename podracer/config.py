@@ -6,6 +6,7 @@ command line or in a config file is fixed without reading code.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,14 @@ class ConfigError(Exception):
 class ConfigValueError(ConfigError, ValueError):
     """A :class:`ConfigError` that is also a ``ValueError``, where one was raised before: an
     unknown environment id, agent or torso, a size that does not divide."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse`` whose errors (a missing argument, ``--seed abc``) are a :class:`ConfigError`,
+    printed by the command line as one line, instead of the usage text and ``SystemExit``."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{self.prog}: {message} (--help lists the flags)")
 
 
 def _name(obj: Any, field: str) -> str:

@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from podracer.config import ArgumentParser
 from podracer.rundir import CONFIG_FILE, LEADERBOARD_FILE, METRICS_FILE, RESULTS_FILE
 from podracer.stats import bootstrap_ci
 
@@ -543,7 +544,7 @@ def plot_benchmark(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="podracer plot",
         description="Plot learning curves of run directories (mean over members, 95% bootstrap "
         "CI), one line per member (--members), or benchmark JSON lines (--benchmark).",

@@ -34,7 +34,7 @@ from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
 from podracer.logging import make_logger
 from podracer.parallel import is_main_process
-from podracer.rundir import CONFIG_FILE
+from podracer.rundir import CHECKPOINT_DIR, CONFIG_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +90,8 @@ class RunSpec:
     population: Any = None  # a PopulationConfig: tournament-based ensemble training (Anakin)
 
     def __post_init__(self):
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ConfigError(f"--seed={self.seed!r} is not allowed: it must be an integer >= 0")
         if self.population is not None and not loops.get(self.arch).members_in_one_program:
             one_program = [n for n in loops.names() if loops.get(n).members_in_one_program]
             raise ConfigError(
@@ -204,8 +206,41 @@ def load_spec(run_dir: str) -> RunSpec:
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.isfile(path):
         raise ConfigError(f"{run_dir!r} is not a run directory: {path} does not exist")
-    with open(path, encoding="utf-8") as f:
-        return spec_from_dict(json.load(f), where=path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path} cannot be read as JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object, not {type(data).__name__}")
+    return spec_from_dict(data, where=path)
+
+
+def check_run_dir(run_dir: str, *, resume: bool, flag: str = "--run-dir") -> None:
+    """A :class:`ConfigError` before anything is built, when ``run_dir`` cannot hold the run:
+    a path through a file, a directory that cannot be written, or (for a fresh run) one that
+    already holds a run, whose checkpoints the new run would mix with its own."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ConfigError(f"{flag}={run_dir!r} is a file, not a directory")
+    parent = os.path.abspath(run_dir)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{flag}={run_dir!r} cannot be made: {parent!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}={run_dir!r} cannot be written: no permission in {parent!r}")
+    if resume:
+        return
+    held = [
+        name
+        for name in (CONFIG_FILE, CHECKPOINT_DIR)
+        if os.path.exists(os.path.join(run_dir, name))
+    ]
+    if held:
+        raise ConfigError(
+            f"{flag}={run_dir!r} already holds a run ({held[0]}): continue it with "
+            f"podracer train --resume {run_dir}, or choose another directory"
+        )
 
 
 def default_run_dir(spec: RunSpec, root: str = "runs", kind: str | None = None) -> str:
@@ -371,13 +406,23 @@ def train(
     state = system.init(spec.seed)
     if not resume:
         save_spec(run_dir, spec)
-    logger = run_logger(run_dir, spec, console=console)
     checkpointer = Checkpointer(run_dir, keep=spec.options.keep_checkpoints)
+    logger = None
     try:
         start = 0
-        if resume:
+        if resume:  # the checkpoint is checked before anything is added to the run directory
             state, meta = checkpointer.restore(state, resume_step)
             start = int(meta["updates"])
+            steps_per_update = system.recipe.steps_per_update
+            if start >= max(1, spec.total_timesteps // steps_per_update):
+                raise ConfigError(
+                    f"--total-timesteps={spec.total_timesteps} is not allowed: the run in "
+                    f"{run_dir} has already done {start} updates ({start * steps_per_update} "
+                    "steps); give more to continue it"
+                )
+            if spec.total_timesteps != load_spec(run_dir).total_timesteps:
+                save_spec(run_dir, spec)  # the run's new length
+        logger = run_logger(run_dir, spec, console=console)
         options = spec.options
         evaluate = None
         if options.eval_interval:
@@ -390,7 +435,8 @@ def train(
                 state, seed=spec.seed, start_update=start, hooks=hooks, progress=logger
             )
     finally:
-        logger.close()
+        if logger is not None:
+            logger.close()
         checkpointer.close()
     summary = result.summary
     if spec.population is not None:

@@ -85,56 +85,6 @@ def test_overrides_reach_the_configs():
     assert selectors.env == "catch" and arch.num_envs == 128 and arch.rollout_len == 16
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (
-            ["--agent", "sarsa"],
-            "--agent='sarsa' is not allowed: choose one of ppo, qlambda, impala",
-        ),
-        (["--env", "gymnax:Cartpole-v1"], "unknown environment id 'gymnax:Cartpole-v1'"),
-        (["--arch", "podrace"], "--arch='podrace' is not allowed"),
-        (["--arch.num-envs", "3", "--agent.num-minibatches", "1"], "AnakinConfig.num_envs=3"),
-        (["--arch.num-envs", "-4"], "AnakinConfig.num_envs=-4 is not allowed: it must be > 0"),
-        (["--agent.lr", "abc"], "--agent.lr='abc' is not allowed: PPOConfig.lr takes a number"),
-        (["--arch.num-envs=4.5"], "AnakinConfig.num_envs takes an integer"),
-        (["--agent.anneal-lr", "yes"], "PPOConfig.anneal_lr takes True or False"),
-        (["--agent.hidden-sizes", "64", "x"], "PPOConfig.hidden_sizes takes an integer per item"),
-        (["--agent.lrr", "3"], "--agent.lrr is not a field of PPOConfig: did you mean --agent.lr?"),
-        (["--arch", "sebulba", "--env", "envpool:CartPol-v1"], "envpool task 'CartPol-v1'"),
-        (["--total-timesteps", "-5"], "--total-timesteps=-5 is not allowed"),
-        (["--agent.num-minibatches", "3"], "num_minibatches=3 does not divide the 256 samples"),
-        (["--agent.lr", "-1"], "PPOConfig.lr=-1.0 is not allowed"),
-        (["--checkpoint-interval", "-2"], "--checkpoint-interval=-2 is not allowed"),
-        (["--resume", "nowhere"], "'nowhere' is not a run directory"),
-        (["--population", "4", "--population.fraction", "0.9"], "fraction=0.9 is not allowed"),
-        (["--population.interval", "3"], "--population.FIELD needs --population P"),
-        (["--arch", "sebulba", "--population", "4"], "--population is not allowed with --arch"),
-        (
-            ["--population", "4", "--population.hparams", "lr", "epsilon"],
-            "names 'epsilon', which ppo cannot carry",
-        ),
-    ],
-)
-def test_bad_values_exit_non_zero_with_one_line(args, message, monkeypatch, tmp_path):
-    from podracer import cli
-
-    monkeypatch.chdir(tmp_path)
-    # conftest gives this process two devices: num_envs=3 cannot be split over them.
-    errors = []
-    monkeypatch.setattr(sys, "stderr", type("E", (), {"write": errors.append, "flush": id})())
-    code = cli.main(
-        ["train", *args, "--total-timesteps", "512"]
-        if "--total-timesteps" not in args
-        else ["train", *args]
-    )
-    assert code == 2
-    text = "".join(errors)
-    assert message in text and "Traceback" not in text
-    assert text.count("\n") == 1
-    assert not os.listdir(tmp_path)  # nothing written for a run that could not start
-
-
 def test_a_bug_keeps_its_traceback(monkeypatch):
     """Only a user's error (ConfigError, CLIError, CheckpointError) becomes one line: a
     ValueError from a bug goes on, with its traceback."""

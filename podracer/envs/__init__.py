@@ -80,6 +80,12 @@ def make(env_id: str, **kwargs):
                 "(docs/environments.md)"
             )
         return env
+    if env_id.startswith(("envpool:", "gymnasium:")):
+        raise ConfigValueError(
+            f"environment id {env_id!r} is a host environment (stepped by Python threads, not "
+            "compiled into the program): run it with --arch sebulba, or choose a JAX "
+            f"environment: {', '.join(KNOWN_IDS[:6])}, ..."
+        )
     known = (*KNOWN_IDS, *_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""

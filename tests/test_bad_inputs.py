@@ -1,0 +1,268 @@
+"""Every wrong value a user can give the command line: exit status 2, one line that names the
+culprit, no traceback, nothing written, and (for what needs no run directory) nothing compiled.
+
+The command line runs in this process (``podracer.cli.main(argv)``: the same parsing as
+``python -m podracer.cli``, without a fresh interpreter per case); ``tests/test_cli.py`` runs it
+as a subprocess. conftest gives this process two devices, so a size that does not split over two
+devices is wrong here.
+"""
+
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from podracer import cli
+
+T = ["--total-timesteps", "512"]
+
+# (argv, text the one line must hold). Files named here are made by `user_files`.
+STATIC = [
+    # selectors
+    (["train", "--agent", "sarsa", *T], "--agent='sarsa' is not allowed: choose one of ppo"),
+    (["train", "--arch", "podrace", *T], "--arch='podrace' is not allowed"),
+    (["train", "--env", "gymnax:Cartpole-v1", *T], "unknown environment id 'gymnax:Cartpole-v1'"),
+    (["train", "--env", "envpool:CartPole-v1", *T], "is a host environment"),
+    (["train", "--env", "brax:nothing", *T], "unknown brax environment 'nothing'"),
+    (
+        ["train", "--arch", "sebulba", "--env", "envpool:CartPol-v1", *T],
+        "envpool task 'CartPol-v1'",
+    ),
+    (["train", "--agent", "nomod:SPEC", *T], "no module named 'nomod'"),
+    (["train", "--env", "nomod:ENV", *T], "no module named 'nomod'"),
+    (["train", "--agent", "qlambda", "--env", "gymnax:Pendulum-v1", *T], "takes discrete actions"),
+    (["train", "--agent", "sac", "--env", "gymnax:CartPole-v1", *T], "needs a BoundedActionSpec"),
+    (["train", "--total-timesteps", "-5"], "--total-timesteps=-5 is not allowed"),
+    (["train", "--total-timesteps", "abc"], "--total-timesteps/--total_timesteps: invalid int"),
+    (["train", "--seed", "abc", *T], "argument --seed: invalid int value: 'abc'"),
+    (["train", "--seed", "-1", *T], "--seed=-1 is not allowed: it must be an integer >= 0"),
+    (["train", "--frobnicate", *T], "unrecognized argument '--frobnicate'"),
+    (["frobnicate"], "unknown command 'frobnicate'"),
+    # agent fields
+    (["train", "--agent.lr", "abc", *T], "--agent.lr='abc' is not allowed: PPOConfig.lr takes"),
+    (["train", "--agent.lr", "-1", *T], "PPOConfig.lr=-1.0 is not allowed"),
+    (["train", "--agent", "impala", "--agent.lr", "0", *T], "IMPALAConfig.lr=0.0 is not allowed"),
+    (["train", "--agent.gamma", "1.5", *T], "PPOConfig.gamma=1.5 is not allowed"),
+    (["train", "--agent.clip-eps", "-0.1", *T], "PPOConfig.clip_eps=-0.1 is not allowed"),
+    (["train", "--agent.num-epochs", "0", *T], "PPOConfig.num_epochs=0 is not allowed"),
+    (["train", "--agent.anneal-lr", "yes", *T], "PPOConfig.anneal_lr takes True or False"),
+    (["train", "--agent.hidden-sizes", "64", "x", *T], "hidden_sizes takes an integer per item"),
+    (["train", "--agent.hidden-sizes", *T], "PPOConfig.hidden_sizes=() is not allowed"),
+    (["train", "--agent.lrr", "3", *T], "--agent.lrr is not a field of PPOConfig: did you mean"),
+    (["train", "--agent.num-minibatches", "3", *T], "num_minibatches=3 does not divide the 256"),
+    (
+        ["train", "--agent", "dqn", "--agent.buffer-size", "10", *T],
+        "DQNConfig.batch_size=128 is not allowed: it must be at most buffer_size=10",
+    ),
+    (["train", "--agent", "dqn", "--agent.n-step", "0", *T], "DQNConfig.n_step=0 is not allowed"),
+    (
+        ["train", "--agent", "dqn", "--agent.prioritised", "maybe", *T],
+        "DQNConfig.prioritised takes True or False",
+    ),
+    (
+        ["train", "--agent", "sac", "--env", "gymnax:Pendulum-v1", "--agent.replay-ratio", "0", *T],
+        "SACConfig.replay_ratio=0.0 is not allowed",
+    ),
+    # loop fields and devices
+    (["train", "--arch.num-envs", "-4", *T], "AnakinConfig.num_envs=-4 is not allowed"),
+    (["train", "--arch.num-envs=4.5", *T], "AnakinConfig.num_envs takes an integer"),
+    (["train", "--arch.num-envs", "7", *T], "must be a multiple of the device count (2)"),
+    (["train", "--arch.num-seeds", "0", *T], "AnakinConfig.num_seeds=0 is not allowed"),
+    (["train", "--arch.rollout-len", "0", *T], "AnakinConfig.rollout_len=0 is not allowed"),
+    (["train", "--arch.updates-per-call", "-1", *T], "AnakinConfig.updates_per_call=-1"),
+    (
+        ["train", "--arch", "sebulba", "--arch.actor-device-ids", "5", *T],
+        "SebulbaConfig.actor_device_ids has ids [5] but only 2 local devices exist",
+    ),
+    (
+        ["train", "--arch", "sebulba", "--arch.learner-device-ids", "0", "7", *T],
+        "SebulbaConfig.learner_device_ids has ids [7]",
+    ),
+    (
+        ["train", "--arch", "sebulba", "--arch.num-actor-threads", "2", *T],
+        "--arch.num-actor-threads is not a field of SebulbaConfig",
+    ),
+    # run options
+    (["train", "--checkpoint-interval", "-2", *T], "--checkpoint-interval=-2 is not allowed"),
+    (["train", "--eval-interval", "-1", *T], "--eval-interval=-1 is not allowed"),
+    (["train", "--eval-episodes", "0", *T], "--eval-episodes=0 is not allowed"),
+    (["train", "--keep-checkpoints", "0", *T], "--keep-checkpoints=0 is not allowed"),
+    # processes
+    (["train", "--num-processes", "2", *T], "--coordinator, --process-id missing"),
+    (
+        ["train", "--num-processes", "2", "--process-id", "3", "--coordinator", "h:1", *T],
+        "--process-id=3 is not allowed",
+    ),
+    (["train", "--fault-timeout", "-3", *T], "--fault-timeout=-3 is not allowed"),
+    # populations
+    (["train", "--population", "4", "--population.fraction", "0.9", *T], "fraction=0.9"),
+    (["train", "--population.interval", "3", *T], "--population.FIELD needs --population P"),
+    (["train", "--arch", "sebulba", "--population", "4", *T], "--population is not allowed"),
+    (
+        ["train", "--population", "4", "--population.hparams", "lr", "epsilon", *T],
+        "names 'epsilon', which ppo cannot carry",
+    ),
+    # files and directories given by the user
+    (["train", "--config", "nofile.yaml", *T], "--config='nofile.yaml': no such file"),
+    (["train", "--config", "list.yaml", *T], "--config='list.yaml' must hold a mapping"),
+    (["train", "--config", "broken.yaml", *T], "--config='broken.yaml' cannot be parsed"),
+    (["train", "--config", "fields.yaml", *T], "agent_config: unknown field(s) lrr for PPOConfig"),
+    (["train", "--config", "keys.yaml", *T], "unknown key(s) colour"),
+    (["train", "--run-dir", "afile", *T], "--run-dir='afile' is a file, not a directory"),
+    (["train", "--run-dir", "afile/run", *T], "--run-dir='afile/run' cannot be made"),
+    (["train", "--run-dir", "locked/run", *T], "--run-dir='locked/run' cannot be written"),
+    (["train", "--resume", "nowhere"], "'nowhere' is not a run directory"),
+    (["train", "--resume", "notjson"], "notjson/config.json cannot be read as JSON"),
+    (["train", "--resume", "notobject"], "notobject/config.json must hold a JSON object"),
+    (["eval", "notjson"], "notjson/config.json cannot be read as JSON"),
+    (["eval", "nowhere", "--episodes", "0"], "--episodes=0 is not allowed"),
+    (["plot", "--out", "x.png"], "the following arguments are required: PATH"),
+    (["plot", "nowhere", "--out", "x.png"], "no metrics file at nowhere/metrics.jsonl"),
+    # sweeps
+    (["sweep", "--sweep.lrr", "1,2", *T], "--sweep.lrr is not allowed"),
+    (["sweep", "--sweep.lr", "a,b", *T], "--sweep.lr='a,b' is not allowed"),
+    (["sweep", "--seeds", "x", *T], "--seeds needs an integer"),
+    (["sweep", "--resume", "nowhere", *T], "--resume is not allowed in a sweep"),
+]
+
+
+def user_files(root):
+    """The files and directories STATIC names, made under ``root``."""
+    (root / "afile").write_text("x")
+    (root / "list.yaml").write_text("- 1\n- 2\n")
+    (root / "broken.yaml").write_text("agent_config: [1\n")
+    (root / "fields.yaml").write_text("agent_config: {lrr: 3}\n")
+    (root / "keys.yaml").write_text("colour: red\n")
+    (root / "notjson").mkdir()
+    (root / "notjson" / "config.json").write_text("{agent: ppo")
+    (root / "notobject").mkdir()
+    (root / "notobject" / "config.json").write_text("[1, 2]")
+    (root / "locked").mkdir()
+    (root / "locked").chmod(stat.S_IRUSR | stat.S_IXUSR)
+
+
+def listing(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+class Compiled(logging.Handler):
+    """The names of the functions XLA compiled while it was attached (``jax.log_compiles``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def emit(self, record):
+        match = re.match(r"Finished XLA compilation of jit\((.+?)\)", record.getMessage())
+        if match:
+            self.names.append(match.group(1))
+
+
+def programs(names):
+    """The compiled functions that are not one ``jax.numpy`` or ``jax.lax`` operation run eagerly
+    (environments make their spaces' bounds so): what a refused run must not compile."""
+    return [name for name in names if not hasattr(jnp, name) and not hasattr(jax.lax, name)]
+
+
+def run_cli(argv, monkeypatch):
+    """``(exit status, stderr lines)`` of ``podracer ARGV`` run in this process."""
+    errors = []
+    monkeypatch.setattr(sys, "stderr", type("E", (), {"write": errors.append, "flush": id})())
+    code = cli.main(list(argv))
+    return code, "".join(errors).splitlines()
+
+
+def assert_one_line(code, lines, message):
+    """Exit status 2, one ``podracer...error:`` line holding ``message``, no traceback (a preset
+    note may come before it)."""
+    errors = [line for line in lines if "error:" in line]
+    assert code == 2, lines
+    assert len(errors) == 1 and message in errors[0], lines
+    assert [line for line in lines if not line.startswith("preset ")] == errors
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_there_are_at_least_40_cases():
+    assert len(STATIC) >= 40 and len({tuple(a) for a, _ in STATIC}) == len(STATIC)
+
+
+@pytest.mark.parametrize("argv, message", STATIC, ids=[" ".join(a)[:60] for a, _ in STATIC])
+def test_bad_input_is_one_line_before_compiling(argv, message, monkeypatch, tmp_path):
+    if "locked" in " ".join(argv) and os.geteuid() == 0:
+        pytest.skip("root writes into a read-only directory")
+    user_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = listing(tmp_path)
+    compiled = Compiled()
+    logging.getLogger("jax").addHandler(compiled)
+    try:
+        with jax.log_compiles():
+            code, lines = run_cli(argv, monkeypatch)
+    finally:
+        logging.getLogger("jax").removeHandler(compiled)
+    assert_one_line(code, lines, message)
+    assert listing(tmp_path) == before  # nothing written for a run that could not start
+    assert programs(compiled.names) == []  # refused before compiling anything of the run
+    (tmp_path / "locked").chmod(stat.S_IRWXU)
+
+
+# --- a run directory that exists: checkpoints from another run, steps that do not exist ----
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A finished 8-update run (4 envs x 16 steps), and copies of it whose config.json names
+    another environment, agent or network size than the checkpoint was saved with."""
+    root = tmp_path_factory.mktemp("saved")
+    flags = ["--arch.num-envs", "4", "--arch.rollout-len", "16", "--agent.num-minibatches", "1"]
+    assert cli.main(["train", "--run-dir", str(root / "run"), *T, *flags, "--quiet"]) == 0
+    config = json.loads((root / "run" / "config.json").read_text())
+    edits = {
+        "otherenv": {"env": "gymnax:Acrobot-v1"},
+        "otheragent": {"agent": "qlambda", "agent_config": {}},
+        "othersize": {"agent_config": {**config["agent_config"], "hidden_sizes": [32]}},
+    }
+    for name, edit in edits.items():
+        shutil.copytree(root / "run", root / name)
+        (root / name / "config.json").write_text(json.dumps({**config, **edit}))
+    return root
+
+
+WITH_RUN = [
+    (["train", "--run-dir", "run", *T], "--run-dir='run' already holds a run (config.json)"),
+    (["sweep", "--run-dir", "run", "--sweep.lr", "1e-3,3e-3", *T], "already holds a run"),
+    (["train", "--resume", "run", "--agent.lr", "3"], "--resume takes only --total-timesteps"),
+    (["train", "--resume", "run", "--resume-step", "7"], "no checkpoint of step 7"),
+    (
+        ["train", "--resume", "run", "--total-timesteps", "256"],
+        "--total-timesteps=256 is not allowed: the run in run has already done 8 updates",
+    ),
+    (
+        ["train", "--resume", "otherenv", "--total-timesteps", "1024"],
+        "does not fit this run: its state differs from what the run's config builds (saved by "
+        "--agent ppo on --env gymnax:CartPole-v1; .learner.params",
+    ),
+    (
+        ["train", "--resume", "otheragent", "--total-timesteps", "1024"],
+        "not in the checkpoint",
+    ),
+    (["train", "--resume", "othersize", "--total-timesteps", "1024"], "saved (1, 64), not (1, 32)"),
+    (["eval", "run", "--step", "7"], "no checkpoint of step 7"),
+    (["eval", "run", "--best"], "no checkpoint in"),
+]
+
+
+@pytest.mark.parametrize("argv, message", WITH_RUN, ids=[" ".join(a)[:60] for a, _ in WITH_RUN])
+def test_bad_input_about_a_saved_run(argv, message, saved_run, monkeypatch):
+    monkeypatch.chdir(saved_run)
+    before = listing(saved_run)
+    code, lines = run_cli(argv, monkeypatch)
+    assert_one_line(code, lines, message)
+    assert listing(saved_run) == before
