@@ -457,6 +457,7 @@ def train(argv: Sequence[str]) -> dict:
         spec, selectors = run_spec(argv)
         run_dir = selectors.run_dir or runs.default_run_dir(spec)
         resume = False
+    runs.check_processes_agree(spec, run_dir, resume=resume, resume_step=selectors.resume_step)
     try:
         summary = runs.train(
             spec,
@@ -541,6 +542,9 @@ def sweep(argv: Sequence[str]) -> list[dict]:
         )
     sweeps.check_grid(agents.get(spec.agent), spec.agent_config, grid)
     run_dir = selectors.run_dir or runs.default_run_dir(spec, kind="sweep")
+    runs.check_processes_agree(
+        spec, run_dir, sweep={k: list(v) for k, v in grid.values.items()}, seeds=grid.seeds
+    )
     combos = sweeps.run_sweep(spec, grid, run_dir, console=not selectors.quiet)
     columns = [*grid.values, "n", "mean", "median", "iqm", "iqm_ci_low", "iqm_ci_high"]
     print(stats.format_table(combos, columns), file=sys.stderr)

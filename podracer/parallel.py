@@ -395,3 +395,91 @@ class Watchdog:
                     flush=True,
                 )
                 os._exit(STALLED_EXIT_CODE)
+
+
+# --- agreement between processes (host side) -------------------------------------------------
+
+_agreements = 0  # checks made so far in this process: each gets keys of its own
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` as ``{"a.b": "1"}``: the dotted name and JSON text of every leaf."""
+    import json
+
+    flat: dict[str, str] = {}
+    for name, value in values.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = json.dumps(value, sort_keys=True, default=str)
+    return flat
+
+
+def first_difference(mine: Mapping[str, str], theirs: Mapping[str, str]) -> str | None:
+    """The first dotted name (in sorted order) whose value differs between two
+    :func:`flatten` outputs (a name that only one has counts), or None."""
+    for name in sorted(set(mine) | set(theirs)):
+        if mine.get(name) != theirs.get(name):
+            return name
+    return None
+
+
+def check_agreement(values: Mapping[str, Any], timeout_s: float | None = None) -> None:
+    """Every process of a multi-process run must agree with process 0 on ``values`` (the run's
+    resolved config, its directory, the code's version): otherwise every process raises the same
+    :class:`ConfigError`, naming the first field that differs, its value on process 0 and on the
+    first process that differs (host side; nothing to do for one process).
+
+    It goes through the key-value store of JAX's distributed runtime, not a collective, so no
+    program is compiled and a process that disagrees is found within seconds: process 0 writes
+    its values, every other process compares its own with them and writes its verdict, and every
+    process reads every verdict. A process that never writes one (it died, or failed before
+    this check) ends the wait after ``timeout_s`` (default: the fault timeout).
+    """
+    global _agreements
+    if jax.process_count() == 1:
+        return
+    import json
+
+    from jax._src import distributed  # the store has no public API yet
+
+    client = distributed.global_state.client
+    wait_ms = int(1000 * (_timeout_s if timeout_s is None else timeout_s))
+    prefix = f"podracer/agree/{_agreements}"
+    _agreements += 1
+    me, count = jax.process_index(), jax.process_count()
+    mine = flatten(values)
+    if me == 0:
+        client.key_value_set(f"{prefix}/values", json.dumps(mine))
+        reference = mine
+    else:
+        try:
+            reference = json.loads(client.blocking_key_value_get(f"{prefix}/values", wait_ms))
+        except Exception as error:  # XlaRuntimeError: DEADLINE_EXCEEDED
+            raise ConfigError(
+                f"process {me}: process 0 did not share its config within {wait_ms / 1000:.0f} s "
+                f"({type(error).__name__}); it has probably failed: see its output"
+            ) from error
+    differs = first_difference(reference, mine)
+    verdict = (
+        {"ok": True}
+        if differs is None
+        else {"field": differs, "theirs": mine.get(differs), "ours": reference.get(differs)}
+    )
+    client.key_value_set(f"{prefix}/verdict/{me}", json.dumps(verdict))
+    for process in range(count):
+        try:
+            text = client.blocking_key_value_get(f"{prefix}/verdict/{process}", wait_ms)
+        except Exception as error:
+            raise ConfigError(
+                f"process {me}: process {process} did not check its config against process 0's "
+                f"within {wait_ms / 1000:.0f} s ({type(error).__name__}); it has probably failed: "
+                "see its output"
+            ) from error
+        other = json.loads(text)
+        if not other.get("ok"):
+            raise ConfigError(
+                f"the processes disagree on {other['field']}: process 0 has {other['ours']}, "
+                f"process {process} has {other['theirs']}; every process of a run must be "
+                "started with the same flags, config file and code"
+            )

@@ -216,6 +216,33 @@ def load_spec(run_dir: str) -> RunSpec:
     return spec_from_dict(data, where=path)
 
 
+def source_digest() -> str:
+    """The first 16 hex digits of the SHA-256 of podracer's Python source: processes started
+    from different checkouts of the code differ here, whatever their version number says."""
+    import hashlib
+    from pathlib import Path
+
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def check_processes_agree(spec: RunSpec, run_dir: str, **more: Any) -> None:
+    """Every process of a multi-process run agrees with process 0 on the resolved config, the
+    run directory, ``more`` (resume flags) and the code (podracer's source and JAX's version),
+    or every process stops with the field and both values
+    (:func:`podracer.parallel.check_agreement`); nothing to do for one process."""
+    from podracer.parallel import check_agreement
+
+    if jax.process_count() == 1:
+        return
+    code = {"podracer_source": source_digest(), "jax": jax.__version__}
+    check_agreement({"config": spec.to_dict(), "run_dir": run_dir, **more, "code": code})
+
+
 def check_run_dir(run_dir: str, *, resume: bool, flag: str = "--run-dir") -> None:
     """A :class:`ConfigError` before anything is built, when ``run_dir`` cannot hold the run:
     a path through a file, a directory that cannot be written, or (for a fresh run) one that

@@ -334,6 +334,52 @@ def test_a_dead_or_frozen_process_ends_the_other_within_the_timeout(tmp_path, ho
     assert died, message[-3000:]
 
 
+@pytest.mark.parametrize(
+    ("flag", "values", "field"),
+    [
+        ("--run-dir", ("ra", "rb"), 'run_dir: process 0 has "ra", process 1 has "rb"'),
+        (
+            "--agent.lr",
+            ("0.001", "0.002"),
+            "config.agent_config.lr: process 0 has 0.001, process 1",
+        ),
+    ],
+    ids=["run-dir", "agent-lr"],
+)
+def test_processes_that_disagree_stop_within_seconds_naming_the_field(
+    tmp_path, flag, values, field
+):
+    """Two processes of one run given different values of a flag that must agree: both stop
+    before building anything, exit status 2, the field and both values named, nothing written."""
+    port = _free_port()
+    base = [sys.executable, "-m", "podracer.cli", "train", *ANAKIN_ARGS]
+    base += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    procs = []
+    try:
+        for i, value in enumerate(values):
+            extra = [flag, value] if flag == "--run-dir" else [flag, value, "--run-dir", "run"]
+            procs.append(
+                subprocess.Popen(
+                    [*base, "--process-id", str(i), *extra],
+                    env=_env(1),
+                    cwd=tmp_path,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
+        outputs = [proc.communicate(timeout=60) for proc in procs]
+    finally:
+        _kill(procs)
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        errors = [line for line in err.splitlines() if line.startswith("podracer: error:")]
+        assert proc.returncode == 2, err[-3000:]
+        assert len(errors) == 1 and "the processes disagree on " + field in errors[0], err
+        assert "Traceback" not in err
+    assert os.listdir(tmp_path) == []
+
+
 def test_resolve_arguments_environment_and_single_process():
     no_cluster = {"environ": {}, "cluster_detected": False}
     assert parallel.resolve(**no_cluster).source == "single"
