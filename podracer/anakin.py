@@ -442,6 +442,9 @@ def run(
 
     def report(metrics, updates):
         metrics = _report(metrics, updates, num_updates, start, start_update, config, progress)
+        if hasattr(hooks, "after_metrics"):  # optional in a hooks object of a user's
+            done = next(iter(metrics.learner.values())).shape[-1] if metrics.learner else 0
+            hooks.after_metrics(metrics.learner, updates - done)
         if system.periodic is not None and bool(metrics.events["due"]):
             for record in system.periodic.describe(metrics.events, updates):
                 record = {"step": updates * config.steps_per_update, **record}
@@ -461,13 +464,20 @@ def run(
                     watchdog.beat()
                 pending = (metrics, at[1])
                 if hooks is not None:
-                    hooks.after_call(*at, at[1] == num_updates)
+                    last = at[1] == num_updates
+                    if last or (hooks.interval and at[1] % hooks.interval == 0):
+                        # A call whose state the hooks may save: its metrics first (the
+                        # divergence check), at no cost in overlap (saving waits for the state).
+                        chunks.append(report(*pending))
+                        pending = None
+                    hooks.after_call(*at, last)
         except KeyboardInterrupt:
             # Interrupted as the step returned, the donated state is gone: nothing to save.
             if hooks is not None and not _deleted(at[0]):
                 hooks.interrupted(*at)
             raise
-        chunks.append(report(*pending))
+        if pending is not None:
+            chunks.append(report(*pending))
         state = at[0]
         jax.block_until_ready(state)
     elapsed = time.perf_counter() - start

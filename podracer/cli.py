@@ -46,6 +46,7 @@ OPTION_FLAGS = {
     "tensorboard": "--no-tensorboard",
     "wandb": "--wandb",
     "wandb_online": "--wandb-online",
+    "check_finite": "--no-check-finite",
 }
 
 
@@ -133,6 +134,12 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         action="store_true",
         help="log to wandb, synced to the server as it runs (implies --wandb)",
     )
+    parser.add_argument(
+        "--no-check-finite",
+        "--no_check_finite",
+        action="store_true",
+        help="go on when a loss, gradient norm or parameter is not finite (the run stops)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     multi = parser.add_argument_group(
         "several processes (one per host; see docs/scaling.md)",
@@ -183,6 +190,8 @@ def _options(selectors, base) -> object:
         values["eval_greedy"] = False
     if selectors.no_tensorboard:
         values["tensorboard"] = False
+    if selectors.no_check_finite:
+        values["check_finite"] = False
     if selectors.wandb or selectors.wandb_online:
         values["wandb"] = True
     if selectors.wandb_online:
@@ -582,6 +591,7 @@ def evaluate(argv: Sequence[str]) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     from podracer.checkpoint import CheckpointError
     from podracer.config import ConfigError
+    from podracer.loops.common import Diverged
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -603,6 +613,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return plotting.main(rest)
         raise CLIError(f"unknown command {command!r}: choose one of train, sweep, eval, plot")
+    except Diverged as error:
+        print(f"podracer: {error}", file=sys.stderr)
+        return 1
     except (CLIError, ConfigError, CheckpointError) as error:
         # One line: a ConfigError raised while tracing (a size that does not divide) carries
         # the notes JAX appends after its message. Any other exception is a bug: traceback.

@@ -184,12 +184,31 @@ class JsonlWriter:
             return
         if self._file is None:
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (see close())
+        record = _finite_or_null(record)
         self._file.write(json.dumps(record, allow_nan=False, default=_json_default) + "\n")
         self._file.flush()
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _finite_or_null(value):
+    """``value`` with every NaN or infinite float (a diverged run's loss) as None: JSON has no
+    NaN, and ``null`` keeps the file readable by every JSON parser."""
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _finite_or_null(value.tolist())
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _json_default(value):

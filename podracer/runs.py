@@ -33,6 +33,7 @@ from podracer import agents, loops
 from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
 from podracer.logging import make_logger
+from podracer.loops.common import Diverged, check_finite, params_finite
 from podracer.parallel import is_main_process
 from podracer.rundir import CHECKPOINT_DIR, CONFIG_FILE
 
@@ -59,6 +60,9 @@ class RunOptions:
     wandb_online: bool = False
     """Sync the wandb run to the server as it runs (implies ``wandb``); offline runs can be
     uploaded later with ``wandb sync``."""
+    check_finite: bool = True
+    """Stop the run at the first non-finite learner metric (loss, ``grad_norm``, ...) or
+    parameter, without saving the state that holds it."""
 
     def __post_init__(self):
         for name in ("checkpoint_interval", "eval_interval"):
@@ -324,9 +328,29 @@ class _Hooks:
         if last or (options.checkpoint_interval and updates % options.checkpoint_interval == 0):
             self.save(state, updates, eval_return)
 
+    def after_metrics(self, metrics, first_update: int) -> None:
+        if self.options.check_finite:
+            try:
+                check_finite(metrics, first_update)
+            except Diverged as error:
+                raise Diverged(f"{error}{self._nothing_saved()}") from None
+
+    def _nothing_saved(self) -> str:
+        latest = self.checkpointer.latest_step()
+        kept = "no checkpoint" if latest is None else f"the latest checkpoint is of update {latest}"
+        return (
+            f"; nothing after it is saved ({kept}). Lower the learning rate, or pass "
+            "--no-check-finite to let a run go on with non-finite values"
+        )
+
     def save(self, state, updates: int, eval_return=None) -> None:
         if updates == self.start:
             return  # nothing new since the checkpoint this run started from
+        if self.options.check_finite and not params_finite(getattr(state, "learner", state).params):
+            raise Diverged(
+                f"the run diverged: the parameters after update {updates} are not finite"
+                f"{self._nothing_saved()}"
+            )
         self.checkpointer.save(updates, state, self._meta(updates), eval_return)
         self.last_saved = updates
 

@@ -141,7 +141,10 @@ def make_learner(
         params, opt_state = carry
         minibatch, key = minibatch_and_key
         grads, metrics = gradient(params, minibatch, key, num_slices)
-        return optimizer_step(optimizer, params, opt_state, grads, axis_name), metrics
+        params, opt_state, grad_norm = optimizer_step(
+            optimizer, params, opt_state, grads, axis_name
+        )
+        return (params, opt_state), {**metrics, "grad_norm": grad_norm}
 
     def scan(body, carry, xs):
         """``lax.scan``, or with ``unroll=True`` a Python loop: straight-line code with no XLA
@@ -228,11 +231,13 @@ def pmean_gradients(grads, axis_name: str | None):
 
 
 def optimizer_step(optimizer, params, opt_state, grads, axis_name: str | None):
-    """``(params, opt_state)`` after one optax step on ``grads`` averaged over ``axis_name``:
-    the step every learner of the core takes."""
+    """``(params, opt_state, grad_norm)`` after one optax step on ``grads`` averaged over
+    ``axis_name``: the step every learner of the core takes. ``grad_norm`` is the global norm
+    of the averaged gradients, before any clipping: the ``grad_norm`` metric, which the run's
+    divergence check reads (:func:`podracer.loops.common.check_finite`)."""
     grads = pmean_gradients(grads, axis_name)
     updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
+    return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
 
 
 def one_device(agent: Agent, agent_state):

@@ -393,9 +393,15 @@ def replay_learner(
             )
             metrics = dict(metrics)
             priority = metrics.pop("priority", None)
-            new_params, new_opt_state = optimizer_step(
+            new_params, new_opt_state, grad_norm = optimizer_step(
                 optimizer, params, opt_state, grads, axis_name
             )
+            # Before the buffers hold learning_starts items the step changes nothing and its
+            # numbers (a loss on unfilled slots) mean nothing: they read 0.
+            metrics = {
+                name: jnp.where(ready, value, jnp.zeros_like(value))
+                for name, value in {**metrics, "grad_norm": grad_norm}.items()
+            }
             params, opt_state = jax.tree.map(
                 lambda new, old: jnp.where(ready, new, old),
                 (new_params, new_opt_state),

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from podracer.parallel import fetch
@@ -34,19 +35,66 @@ class RunResult(NamedTuple):
 
 
 class RunHooks(Protocol):
-    """Host work between updates (checkpoints, evaluation).
+    """Host work between updates (checkpoints, evaluation, the divergence check).
 
     ``interval`` (updates; 0 for none) makes Anakin's calls end at its multiples, so that a hook
     acting every ``interval`` updates sees exactly those states and a run resumed from one of them
     calls the same compiled programs as a run that never stopped. Sebulba calls ``after_call``
     after every update, from its learner thread.
+
+    ``after_metrics(metrics, first_update)`` gets the learner's metrics of updates
+    ``first_update + 1 ...`` as NumPy (``[members, updates]`` from Anakin, one update's scalars
+    from Sebulba, before that update's ``after_call``; Anakin reports a call's metrics while the
+    next call runs, so a checkpoint of that call may come first).
     """
 
     interval: int
 
     def after_call(self, state: Any, updates: int, last: bool) -> None: ...
 
+    def after_metrics(self, metrics: dict[str, np.ndarray], first_update: int) -> None:
+        """Optional: a hooks object without it is not called."""
+
     def interrupted(self, state: Any, updates: int) -> None: ...
+
+
+class Diverged(RuntimeError):
+    """A learner metric or a parameter that is not finite: the run stops, and the state that
+    holds it is not saved (:func:`check_finite`)."""
+
+
+def check_finite(metrics: dict[str, Any], first_update: int) -> None:
+    """Raises :class:`Diverged` naming the first update (``first_update + 1`` for the first
+    entry), the metric, the member and the value when a learner metric is NaN or infinite.
+
+    ``metrics``: name -> ``[members, updates]``, ``[updates]`` or a scalar (one update)."""
+    first = None
+    for name in sorted(metrics):
+        values = np.asarray(metrics[name], dtype=np.float64)
+        values = values.reshape(1, 1) if values.ndim == 0 else values.reshape(-1, values.shape[-1])
+        members, updates = np.nonzero(~np.isfinite(values))
+        if len(updates):
+            i = int(np.argmin(updates))
+            found = (int(updates[i]), name, int(members[i]), float(values[members[i], updates[i]]))
+            first = found if first is None or found[0] < first[0] else first
+    if first is not None:
+        update, name, member, value = first
+        who = f" (member {member} of {values.shape[0]})" if values.shape[0] > 1 else ""
+        raise Diverged(
+            f"the run diverged: {name} is {value} at update {first_update + update + 1}{who}"
+        )
+
+
+def params_finite(params) -> bool:
+    """Whether every floating-point parameter is finite (one small compiled reduction; every
+    process calls it together when the params span several)."""
+    leaves = [x for x in jax.tree.leaves(params) if jnp.issubdtype(x.dtype, jnp.floating)]
+    return not leaves or bool(fetch(_all_finite(leaves)))
+
+
+@jax.jit
+def _all_finite(leaves):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
 class Members(NamedTuple):

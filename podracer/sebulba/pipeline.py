@@ -11,6 +11,8 @@ import threading
 import traceback
 from typing import Any
 
+from podracer.loops.common import Diverged
+
 POLL_S = 0.05  # how often a blocked wait re-checks the stop signal
 
 
@@ -49,6 +51,8 @@ class Lifetime:
         """Re-raises the recorded error, with its thread's traceback, in the calling thread."""
         if self.error is not None:
             error = self.error
+            if isinstance(error, Diverged):  # its message says all (the thread does not matter)
+                raise error
             where = "".join(traceback.format_exception(error))
             raise RuntimeError(
                 f"podracer thread {self.error_thread!r} failed: {error!r}\n{where}"

@@ -446,6 +446,8 @@ def run(
             state, metrics = update(state, tuple(item[0] for item in items))
             metrics = jax.device_get(metrics)
             learner_timers.add("update", start)
+            if hasattr(hooks, "after_metrics"):  # optional in a hooks object of a user's
+                hooks.after_metrics(metrics, k)
             publish(state, k + 1)
             done_updates = k + 1
             if hooks is not None:
