@@ -47,7 +47,7 @@ from podracer.loops.common import (
 )
 from podracer.loops.layout import LearnerLayoutFields
 from podracer.loops.recipe import Recipe
-from podracer.parallel import DATA_AXIS, MEMBER_AXIS, Watchdog, fetch, member_mesh
+from podracer.parallel import DATA_AXIS, MEMBER_AXIS, Watchdog, barrier, fetch, member_mesh
 from podracer.types import EnvSpec, LearnerState
 
 
@@ -431,6 +431,7 @@ def run(
     t0 = time.perf_counter()
     steps = {n: _compiled(system, n, state) for n in sorted(set(schedule))}
     compile_s = time.perf_counter() - t0
+    barrier("the Anakin step compiled")  # the first step's collectives start together
 
     chunks: list[UpdateMetrics] = []
     events: list[dict[str, Any]] = []

@@ -32,6 +32,18 @@ class CheckpointError(Exception):
     """A checkpoint is missing, unreadable or does not fit the run."""
 
 
+def _os_error(error: BaseException) -> OSError | None:
+    """The ``OSError`` (a full disk, a directory made read-only) behind ``error``, if any:
+    orbax wraps it, sometimes more than once."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _is_key(x) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -160,14 +172,25 @@ class Checkpointer:
         if eval_return is not None:
             meta = {**meta, "eval_return": float(eval_return)}
             self._returns[step] = float(eval_return)  # before the save prunes older steps
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(to_raw(state)),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
-        )
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(to_raw(state)),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+        except Exception as error:
+            cause = _os_error(error)
+            if cause is None:
+                raise
+            latest = [s for s in self.steps() if s != step]
+            kept = f"update {latest[-1]}" if latest else "none"
+            raise CheckpointError(
+                f"the checkpoint of update {step} cannot be written to {self.directory} "
+                f"({cause}); the latest complete checkpoint: {kept}"
+            ) from error
         self._manager.wait_until_finished()
 
     def restore(self, template, step: int | None = None):

@@ -16,10 +16,13 @@ fields add flags without changing existing ones. Loops and agents come from thei
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from podracer.config import ArgumentParser
@@ -482,12 +485,40 @@ def train(argv: Sequence[str]) -> dict:
     return summary
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, ``kill``): handled as Ctrl-C is, so the state the run has
+    reached is saved; the exit status is 143 (128 + SIGTERM), as a process killed by it."""
+
+
+def _terminated(stop: BaseException) -> bool:
+    return isinstance(stop, Terminated) or isinstance(stop.__cause__, Terminated)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises :class:`Terminated` in the main thread while inside (nothing elsewhere:
+    only the main thread may set a signal handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def interrupted_message(stop: KeyboardInterrupt, run_dir: str) -> str:
     """What Ctrl-C left in ``run_dir``: the checkpoint of the state the run had reached, an
     earlier checkpoint only, or nothing to resume."""
     from podracer.checkpoint import CHECKPOINT_DIR
     from podracer.runs import Interrupted
 
+    what = "terminated (SIGTERM)" if _terminated(stop) else "interrupted"
     if isinstance(stop, Interrupted):
         saved, latest = stop.saved, stop.latest
     else:  # before the run's loop started (building, compiling): its checkpoints are on disk
@@ -497,13 +528,13 @@ def interrupted_message(stop: KeyboardInterrupt, run_dir: str) -> str:
         saved, latest = None, max(steps, default=None)
     resume = f"podracer train --resume {run_dir}"
     if saved is not None:
-        return f"podracer: interrupted; the state after {saved} updates is saved: {resume}"
+        return f"podracer: {what}; the state after {saved} updates is saved: {resume}"
     if latest is not None:
         return (
-            "podracer: interrupted; the last state could not be saved, the latest checkpoint "
+            f"podracer: {what}; the last state could not be saved, the latest checkpoint "
             f"is of update {latest}: {resume}"
         )
-    return f"podracer: interrupted; nothing was saved: no checkpoint in {run_dir}"
+    return f"podracer: {what}; nothing was saved: no checkpoint in {run_dir}"
 
 
 SWEEP_HELP = """usage: podracer sweep [TRAIN FLAGS] [--seeds N] [--sweep.FIELD V1,V2,...]
@@ -600,7 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     try:
         if command == "train":
-            train(rest)
+            with _sigterm_as_interrupt():
+                train(rest)
             return 0
         if command == "eval":
             evaluate(rest)
@@ -622,8 +654,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"podracer: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as stop:
+        return 143 if _terminated(stop) else 130
 
 
 if __name__ == "__main__":

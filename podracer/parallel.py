@@ -399,6 +399,37 @@ class Watchdog:
 
 # --- agreement between processes (host side) -------------------------------------------------
 
+_barriers = 0  # barriers passed so far in this process: each gets a name of its own
+
+BARRIER_TIMEOUT_S = 600.0
+"""How long :func:`barrier` waits for the slowest process (compiling can take minutes)."""
+
+
+def barrier(what: str, timeout_s: float = BARRIER_TIMEOUT_S) -> None:
+    """Waits until every process gets here (host side; nothing to do for one process).
+
+    Through the coordination service, not a collective. The loops pass one after compiling and
+    before their first step: gloo (CPU collectives) gives up on a collective whose peers do not
+    join it within 30 s, which one process's longer compile on a loaded machine could exceed
+    (seen as "Gloo context initialization failed: GetKeyValue() timed out").
+    """
+    global _barriers
+    if jax.process_count() == 1:
+        return
+    from jax._src import distributed  # the barrier has no public API yet
+
+    _barriers += 1
+    try:
+        distributed.global_state.client.wait_at_barrier(
+            f"podracer/{_barriers}/{what}", int(1000 * timeout_s)
+        )
+    except Exception as error:
+        raise RuntimeError(
+            f"process {jax.process_index()}: not every process reached {what} within "
+            f"{timeout_s:.0f} s; another process has probably failed: see its output"
+        ) from error
+
+
 _agreements = 0  # checks made so far in this process: each gets keys of its own
 
 

@@ -201,9 +201,11 @@ def save_spec(run_dir: str, spec: RunSpec) -> None:
     if not is_main_process():
         return
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, CONFIG_FILE), "w", encoding="utf-8") as f:
+    path = os.path.join(run_dir, CONFIG_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:  # a kill mid-write keeps the old one
         json.dump(spec.to_dict(), f, indent=2)
         f.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 def load_spec(run_dir: str) -> RunSpec:
@@ -351,7 +353,8 @@ class _Hooks:
                 f"the run diverged: the parameters after update {updates} are not finite"
                 f"{self._nothing_saved()}"
             )
-        self.checkpointer.save(updates, state, self._meta(updates), eval_return)
+        with signals_held():
+            self.checkpointer.save(updates, state, self._meta(updates), eval_return)
         self.last_saved = updates
 
     def interrupted(self, state, updates: int) -> None:
@@ -366,6 +369,34 @@ class _Hooks:
             yield
         except KeyboardInterrupt as stop:
             raise Interrupted(self.saved_on_interrupt, self.checkpointer.latest_step()) from stop
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C (SIGINT) and SIGTERM that arrive inside are acted on when it ends: a checkpoint is
+    never abandoned half-written by its own process (orbax then found the unfinished step in
+    its way when the interrupted run saved that state, and failed). Main thread only (where
+    Python runs signal handlers); a signal whose handler is not Python's is left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            previous[signum] = handler
+            signal.signal(signum, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if pending:
+            previous[pending[0]](pending[0], None)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -24,3 +24,72 @@ def two_devices():
 @pytest.fixture(scope="session")
 def one_device():
     return jax.devices()[:1]
+
+
+# --- why a test was rerun: its threads' stacks just before pytest-timeout ends its worker ------
+
+STACKS_DIR = "PODRACER_TEST_STACKS"  # set by the controller, inherited by the xdist workers
+_rerun: dict[str, object] = {}  # controller: the reports of tests rerun or whose worker crashed
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and STACKS_DIR not in os.environ:
+        import tempfile
+
+        os.environ[STACKS_DIR] = tempfile.mkdtemp(prefix="podracer-test-stacks-")
+
+
+def _stacks_file(nodeid: str):
+    import re
+    from pathlib import Path
+
+    return Path(os.environ[STACKS_DIR]) / (re.sub(r"[^\w.-]+", "_", nodeid)[-180:] + ".txt")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every thread's stack written to a file 5 s before the test's timeout: pytest-timeout
+    then ends the worker (``timeout_method = "thread"``), whose own dump xdist does not show."""
+    import faulthandler
+
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker and marker.args else item.config.getini("timeout"))
+    if STACKS_DIR not in os.environ or timeout <= 0:
+        yield
+        return
+    with open(_stacks_file(item.nodeid), "w") as stacks:
+        faulthandler.dump_traceback_later(max(1.0, timeout - 5), exit=False, file=stacks)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_runtest_logreport(report):
+    crashed = report.failed and "crashed" in str(report.longrepr)
+    if report.outcome == "rerun" or crashed:
+        _rerun.setdefault(report.nodeid, report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for nodeid, report in _rerun.items():
+        path = _stacks_file(nodeid)
+        text = path.read_text() if path.is_file() else ""
+        harness = ("/pluggy/", "/_pytest/", "/execnet/", "/xdist/", "<string>")
+        text = "\n".join(line for line in text.splitlines() if not any(h in line for h in harness))
+        terminalreporter.write_sep("-", f"rerun: {nodeid}")
+        if text:
+            terminalreporter.write_line("its threads 5 s before the timeout ended it:")
+            terminalreporter.write_line(text[:8000])
+        else:
+            terminalreporter.write_line(
+                "no stacks: it did not reach its timeout (a worker crash or a failure)"
+            )
+            terminalreporter.write_line(str(report.longrepr)[-3000:])
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and os.environ.get(STACKS_DIR):
+        import shutil
+
+        shutil.rmtree(os.environ.pop(STACKS_DIR), ignore_errors=True)

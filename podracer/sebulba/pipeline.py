@@ -51,8 +51,11 @@ class Lifetime:
         """Re-raises the recorded error, with its thread's traceback, in the calling thread."""
         if self.error is not None:
             error = self.error
-            if isinstance(error, Diverged):  # its message says all (the thread does not matter)
-                raise error
+            from podracer.checkpoint import CheckpointError
+            from podracer.config import ConfigError
+
+            if isinstance(error, (Diverged, CheckpointError, ConfigError)):
+                raise error  # its message says all: which thread raised it does not matter
             where = "".join(traceback.format_exception(error))
             raise RuntimeError(
                 f"podracer thread {self.error_thread!r} failed: {error!r}\n{where}"

@@ -44,6 +44,7 @@ from podracer.loops.recipe import Recipe
 from podracer.parallel import (
     DATA_AXIS,
     Watchdog,
+    barrier,
     data_mesh,
     devices_by_local_ids,
     global_array,
@@ -388,6 +389,7 @@ def run(
         if not config.async_batch_size:  # the signature of every later step
             jax.block_until_ready(act(params, actor_state, acting_obs, acting_done, keys, 0))
     compile_s = time.perf_counter() - t0
+    barrier("the Sebulba learner compiled")  # the first update's collectives start together
 
     actor_timers = [Timers() for _ in range(config.num_actors)]
     actor_steps = [0] * config.num_actors
