@@ -63,7 +63,7 @@ def median(values: list[float]) -> float:
 def measure(name: str, minutes: float, work: Path) -> dict:
     run_dir = work / name
     argv = [sys.executable, "-m", "podracer.cli", "train", "--run-dir", str(run_dir)]
-    argv += [*CONFIGS[name], "--total-timesteps", str(10**12), "--checkpoint-interval", "50"]
+    argv += [*CONFIGS[name], "--total-timesteps", str(10**10), "--checkpoint-interval", "50"]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"
     log = open(work / f"{name}.err", "w")  # noqa: SIM115 - closed below

@@ -486,8 +486,9 @@ def train(argv: Sequence[str]) -> dict:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's stop, ``kill``): handled as Ctrl-C is, so the state the run has
-    reached is saved; the exit status is 143 (128 + SIGTERM), as a process killed by it."""
+    """SIGTERM (a scheduler's stop, ``kill``) in a single-process run: handled as Ctrl-C is, so
+    the state the run has reached is saved; the exit status is 143 (128 + SIGTERM), as a
+    process killed by it. A process of a multi-process run ends at once, as before."""
 
 
 def _terminated(stop: BaseException) -> bool:
@@ -503,6 +504,15 @@ def _sigterm_as_interrupt():
         return
 
     def handler(signum, frame):
+        import jax
+
+        if jax.distributed.is_initialized():
+            # A checkpoint is collective: one process cannot save alone, and processes stopped
+            # one by one would save different updates. SIGTERM ends this one at once, as
+            # before; the others stop through the heartbeat (docs/scaling.md).
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, handler)

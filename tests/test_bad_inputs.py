@@ -41,6 +41,7 @@ STATIC = [
     (["train", "--agent", "sac", "--env", "gymnax:CartPole-v1", *T], "needs a BoundedActionSpec"),
     (["train", "--total-timesteps", "-5"], "--total-timesteps=-5 is not allowed"),
     (["train", "--total-timesteps", "abc"], "--total-timesteps/--total_timesteps: invalid int"),
+    (["train", "--total-timesteps", str(10**12)], "--total-timesteps is too large for PPOConfig"),
     (["train", "--seed", "abc", *T], "argument --seed: invalid int value: 'abc'"),
     (["train", "--seed", "-1", *T], "--seed=-1 is not allowed: it must be an integer >= 0"),
     (["train", "--frobnicate", *T], "unrecognized argument '--frobnicate'"),

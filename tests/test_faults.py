@@ -1,15 +1,19 @@
-"""Faults during a run, on both loops: each ends the run promptly with its cause in one line,
-a non-zero exit status, and the newest complete checkpoint intact.
+"""The fault matrix: on both loops, each fault ends the run promptly (within 10 s of the fault)
+with its cause in one message, a non-zero exit status, no thread of the run left, and the newest
+complete checkpoint intact.
 
-- SIGTERM (a scheduler's stop): handled as Ctrl-C, the state reached is saved, exit 143 (a real
-  ``podracer train`` process, signalled from outside);
-- a full disk at checkpoint time (``ENOSPC`` from the file system, simulated by making orbax's
-  save raise it from the second checkpoint on): one line naming the directory and the error,
-  exit 2, the first checkpoint kept.
+- SIGINT (Ctrl-C) and SIGTERM (a scheduler's stop), sent from outside to a real
+  ``podracer train`` process mid-run: the state reached is saved, exit 130 and 143;
+- a full disk at checkpoint time (``ENOSPC`` from orbax's save from the second checkpoint on):
+  one line naming the directory, the error and the latest complete checkpoint, exit 2;
+- an environment whose step raises mid-run (Anakin: inside the compiled step, through a host
+  callback; Sebulba: in an actor thread) and a learner whose loss raises (Anakin: inside the
+  compiled step; Sebulba: in the learner thread): the exception, raised out of ``cli.main`` (a
+  bug in user code keeps its traceback), its message naming the fault.
 
-Ctrl-C, a thread of Sebulba that raises and a process that dies are tested in
-``tests/test_runs.py``, ``tests/test_sebulba.py`` and ``tests/test_multihost.py``; a diverging
-loss in ``tests/test_divergence.py``.
+The faulty environment and agent are ``tests/faulty.py``. Elsewhere: a process that dies
+(``tests/test_multihost.py``), a diverging loss (``tests/test_divergence.py``), SIGKILL during a
+checkpoint (``tests/test_checkpoint_kills.py``).
 """
 
 import errno
@@ -17,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import orbax.checkpoint as ocp
@@ -38,52 +43,64 @@ def steps_on_disk(run_dir) -> list[int]:
     return sorted(int(name) for name in names if name.isdigit())
 
 
-@pytest.mark.parametrize("arch", list(LOOPS))
-def test_sigterm_saves_the_state_reached_and_exits_143(arch, tmp_path):
+def assert_latest_complete(run_dir, step):
+    with Checkpointer(str(run_dir)) as checkpointer:  # orbax lists it: complete
+        assert checkpointer.latest_step() == step == steps_on_disk(run_dir)[-1]
+
+
+def run_threads():
+    return {t.name for t in threading.enumerate() if t.name.startswith("podracer-")}
+
+
+def signalled(arch, tmp_path, signum, status, word):
+    """A real process, signalled once its first periodic checkpoint is on disk."""
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     argv = [sys.executable, "-m", "podracer.cli", "train", "--run-dir", str(run), *LOOPS[arch]]
     argv += [*COMMON, "--total-timesteps", str(10**8), "--checkpoint-interval", "20"]
-    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    # A shell's background job inherits SIGINT ignored; the child gets Python's Ctrl-C back.
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
-        while not steps_on_disk(run):  # mid-run: the first periodic checkpoint is there
+        while not steps_on_disk(run):
             assert proc.poll() is None, proc.stderr.read()[-3000:]
             assert time.monotonic() < deadline, "no checkpoint within 120 s"
             time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
+        proc.send_signal(signum)
+        sent = time.monotonic()
         _, err = proc.communicate(timeout=30)
-        waited = time.monotonic() - signalled
+        waited = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     lines = err.strip().splitlines()
-    assert proc.returncode == 143, err[-3000:]
-    assert waited < 10, f"{waited:.1f} s from SIGTERM to exit"
+    assert proc.returncode == status, err[-3000:]
+    assert waited < 10, f"{waited:.1f} s from the signal to the exit"
     assert "Traceback" not in err
-    assert lines[-1].startswith("podracer: terminated (SIGTERM); the state after "), lines[-1]
+    assert lines[-1].startswith(f"podracer: {word}; the state after "), lines[-1]
     saved = int(lines[-1].split("the state after ")[1].split()[0])
-    assert saved == steps_on_disk(run)[-1] and saved >= 20
-    with Checkpointer(str(run)) as checkpointer:  # complete: orbax lists it and reads it back
-        assert checkpointer.latest_step() == saved
+    assert saved >= 20
+    assert_latest_complete(run, saved)
 
 
-@pytest.mark.parametrize("arch", list(LOOPS))
-def test_a_full_disk_at_checkpoint_time_is_one_line_and_keeps_the_last_checkpoint(
-    arch, tmp_path, monkeypatch
-):
+def disk_full(arch, tmp_path, monkeypatch):
     save = ocp.CheckpointManager.save
     calls = []
 
-    def full_disk(self, step, *args, **kwargs):
+    def full(self, step, *args, **kwargs):
         calls.append(step)
         if len(calls) > 1:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path))
         return save(self, step, *args, **kwargs)
 
-    monkeypatch.setattr(ocp.CheckpointManager, "save", full_disk)
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full)
     errors = []
     monkeypatch.setattr(sys, "stderr", type("E", (), {"write": errors.append, "flush": id})())
     run = str(tmp_path / "run")
@@ -92,46 +109,50 @@ def test_a_full_disk_at_checkpoint_time_is_one_line_and_keeps_the_last_checkpoin
     lines = "".join(errors).splitlines()
     assert code == 2 and len(lines) == 1, lines
     assert "the checkpoint of update 4 cannot be written to " in lines[0]
-    assert (
-        "No space left on device" in lines[0]
-        and "latest complete checkpoint: update 2" in (lines[0])
-    )
-    assert steps_on_disk(run) == [2]
+    assert "No space left on device" in lines[0]
+    assert "latest complete checkpoint: update 2" in lines[0]
+    assert not run_threads()
+    assert_latest_complete(run, 2)
 
 
-@pytest.mark.parametrize("arch", list(LOOPS))
-def test_an_environment_that_raises_ends_the_run_with_its_error(arch, tmp_path, monkeypatch):
-    """The step of a JAX environment raises on the host mid-run (Anakin: inside the compiled
-    step; Sebulba: in an actor thread): the run ends within 10 s with the environment's error,
-    no thread of the run is left, and the checkpoint saved before the fault is intact."""
-    import threading
+def raising(what, arch, tmp_path, monkeypatch):
+    """The environment or the learner raises a few calls after the first checkpoint."""
+    import faulty
 
-    import faulty_env
-
-    monkeypatch.setattr(faulty_env, "STEPS", {"calls": 0, "failed_at": None})
-    before = {t.name for t in threading.enumerate()}
+    monkeypatch.setattr(faulty, "CALLS", {"env": 0, "learner": 0})
+    monkeypatch.setattr(faulty, "FAULT_AT", {"env": 10**9, "learner": 10**9})
+    monkeypatch.setattr(faulty, "FAILED_AT", {})
     run = str(tmp_path / "run")
-    argv = ["train", "--run-dir", run, *LOOPS[arch], *COMMON, "--env", "faulty_env:make_env"]
+    argv = ["train", "--run-dir", run, *LOOPS[arch], *COMMON]
+    argv += ["--env", "faulty:make_env"] if what == "env" else ["--agent", "faulty:SPEC"]
     argv += ["--total-timesteps", str(8 * 16 * 1000), "--checkpoint-interval", "4"]
     argv += ["--arch.updates-per-call", "4"] if arch == "anakin" else []
 
-    def arm():  # the fault comes after the first checkpoint
-        while not steps_on_disk(run) and faulty_env.STEPS["calls"] < 10**6:
+    def arm():
+        while not steps_on_disk(run):
             time.sleep(0.05)
-        faulty_env.FAULT_AT = faulty_env.STEPS["calls"] + 3
+        faulty.FAULT_AT[what] = faulty.CALLS[what] + 3
 
-    monkeypatch.setattr(faulty_env, "FAULT_AT", 10**9)  # none before arm() sets it
     threading.Thread(target=arm, daemon=True).start()
-    with pytest.raises(Exception, match="the environment failed at step call") as raised:
+    with pytest.raises(Exception, match=f"the {what} failed at call"):
         cli.main(argv)
-    ended = time.monotonic()
-    assert ended - faulty_env.STEPS["failed_at"] < 10
-    assert "EnvironmentFault" in str(raised.value) or isinstance(
-        raised.value.__cause__, faulty_env.EnvironmentFault
-    )
-    left = {t.name for t in threading.enumerate()} - before
-    assert not {name for name in left if name.startswith(("actor-", "learner"))}, left
+    assert time.monotonic() - faulty.FAILED_AT[what] < 10
+    assert not run_threads()
     saved = steps_on_disk(run)
     assert saved and saved[-1] % 4 == 0
-    with Checkpointer(run) as checkpointer:
-        assert checkpointer.latest_step() == saved[-1]
+    assert_latest_complete(run, saved[-1])
+
+
+FAULTS = {
+    "sigint": lambda a, t, m: signalled(a, t, signal.SIGINT, 130, "interrupted"),
+    "sigterm": lambda a, t, m: signalled(a, t, signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    "disk-full": disk_full,
+    "env-raises": lambda a, t, m: raising("env", a, t, m),
+    "learner-raises": lambda a, t, m: raising("learner", a, t, m),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("arch", list(LOOPS))
+def test_a_fault_ends_the_run_with_its_cause(arch, fault, tmp_path, monkeypatch):
+    FAULTS[fault](arch, tmp_path, monkeypatch)

@@ -94,6 +94,13 @@ def learning_rate(config, num_updates: int) -> float | optax.Schedule:
     if not config.anneal_lr:
         return config.lr
     steps = max(1, num_updates) * config.num_epochs * config.num_minibatches
+    if steps > np.iinfo(np.int32).max:  # optax counts steps in int32
+        raise ConfigError(
+            f"--total-timesteps is too large for {type(config).__name__}.anneal_lr=True: "
+            f"{num_updates} updates x {config.num_epochs} epochs x {config.num_minibatches} "
+            f"minibatches = {steps} optimizer steps, more than the {np.iinfo(np.int32).max} a "
+            "schedule counts; give fewer steps, or --agent.anneal-lr False"
+        )
     return optax.linear_schedule(config.lr, 0.0, transition_steps=steps)
 
 

@@ -32,7 +32,13 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import EpsilonGreedy, epsilon_at, epsilon_greedy_act, select
+from podracer.agents.policy import (
+    EpsilonGreedy,
+    epsilon_at,
+    epsilon_greedy_act,
+    learning_rate,
+    select,
+)
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.networks import ACTIVATIONS, QNetwork
@@ -158,11 +164,7 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
 def make_optimizer(config: PQNConfig, num_updates: int) -> optax.GradientTransformation:
     """Adam after global-norm clipping; the learning rate constant or linearly annealed to 0
     over the run's optimizer steps."""
-    lr = config.lr
-    if config.anneal_lr:
-        steps = max(1, num_updates) * config.num_epochs * config.num_minibatches
-        lr = optax.linear_schedule(config.lr, 0.0, transition_steps=steps)
-    return clipped_adam(lr, config.max_grad_norm)
+    return clipped_adam(learning_rate(config, num_updates), config.max_grad_norm)
 
 
 SPEC = AgentSpec(
