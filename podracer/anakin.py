@@ -62,7 +62,9 @@ class AnakinConfig(LearnerLayoutFields):
     num_seeds: int = 1
     """Independent runs vmapped in one program; run i uses seed ``seed + i``."""
     updates_per_call: int = 0
-    """Updates per call of the compiled step (0: about 20 calls per run)."""
+    """Updates per call of the compiled step (0: about 20 calls per run, and at most 2^20
+    environment steps per call, so Ctrl-C and SIGTERM, which act between calls, act within
+    seconds)."""
     rollout_unroll: int = 1
     """``unroll`` of the rollout's time scan (1 is fastest on XLA:CPU: ``docs/design.md``)."""
     member_shards: int = 1
@@ -370,15 +372,26 @@ def make_anakin(
     )
 
 
-def choose_updates_per_call(num_updates: int, target_calls: int = 20) -> int:
+MAX_STEPS_PER_CALL = 1 << 20
+"""Environment steps (per member) a call holds at most when ``updates_per_call`` is chosen:
+Ctrl-C and SIGTERM act when the call returns (the main thread waits inside XLA until then),
+and progress lines come once per call; about 10 s of CartPole PPO on a 2-core CPU."""
+
+
+def choose_updates_per_call(
+    num_updates: int, target_calls: int = 20, max_updates: int | None = None
+) -> int:
     """A number of updates per call near ``num_updates / target_calls`` that divides
-    ``num_updates`` when one is close, so that a run needs one compiled program."""
+    ``num_updates`` when one is close, so that a run needs one compiled program; at most
+    ``max_updates`` (a long run then has calls of that many and one shorter last call)."""
+    if max_updates is not None and num_updates > target_calls * max_updates:
+        return max(1, max_updates)
     if num_updates <= target_calls:
         return 1
     for calls in range(target_calls, 4 * target_calls + 1):
         if num_updates % calls == 0:
-            return num_updates // calls
-    return math.ceil(num_updates / target_calls)
+            return min(num_updates // calls, max_updates or num_updates)
+    return min(math.ceil(num_updates / target_calls), max_updates or num_updates)
 
 
 def call_schedule(start: int, num_updates: int, k: int, interval: int = 0) -> list[int]:
@@ -416,7 +429,9 @@ def run(
             f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
             f"of {config.steps_per_update} steps (total_timesteps={total_timesteps})"
         )
-    k = config.updates_per_call or choose_updates_per_call(num_updates)
+    k = config.updates_per_call or choose_updates_per_call(
+        num_updates, max_updates=max(1, MAX_STEPS_PER_CALL // config.steps_per_update)
+    )
     k = min(k, num_updates)
     intervals = [hooks.interval if hooks is not None else 0]
     if system.periodic is not None:

@@ -85,6 +85,10 @@ def test_choose_updates_per_call_divides_when_it_can():
     assert choose_updates_per_call(976) == 16  # 61 calls
     assert choose_updates_per_call(10) == 1
     assert 976 % choose_updates_per_call(976) == 0
+    # A long run: calls of at most max_updates (Ctrl-C acts between calls).
+    assert choose_updates_per_call(20_000_000, max_updates=2048) == 2048
+    assert choose_updates_per_call(976, max_updates=10) == 10
+    assert choose_updates_per_call(976, max_updates=100) == 16
 
 
 def test_final_return_takes_the_last_five_percent():
