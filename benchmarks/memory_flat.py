@@ -6,10 +6,11 @@
 Each configuration runs ``podracer train`` as a subprocess with a run length it cannot reach,
 samples the process's resident set size (``VmRSS`` in ``/proc/PID/status``; envpool's
 workers are threads of the same process) every second, and stops it with SIGTERM (handled as
-Ctrl-C: the state is saved) after ``--minutes``. The first 20% of the time is warm-up (compilation,
-buffers, caches); ``growth`` is the median RSS of the last 10% of the samples over the median of
-the 10% right after warm-up, minus one. Checkpoints every 50 updates, evaluation off,
-TensorBoard on: what an overnight run does.
+Ctrl-C: the state is saved) after ``--minutes``. The first 20% of the time is warm-up
+(compilation, buffers, caches); ``growth`` is the median RSS of the last 10% of the samples
+over the median of the 10% right after warm-up, minus one. Checkpoints every
+``--checkpoint-interval`` updates (50: about one a second for Anakin CartPole on 2 cores, the
+worst case), evaluation off, TensorBoard on.
 
 One JSON line per configuration: ``config``, ``minutes``, ``samples``, ``rss_warm_mb``,
 ``rss_end_mb``, ``rss_max_mb``, ``growth`` (a fraction), ``exit`` (143: stopped by SIGTERM as
@@ -60,10 +61,11 @@ def median(values: list[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
-def measure(name: str, minutes: float, work: Path) -> dict:
+def measure(name: str, minutes: float, work: Path, checkpoint_interval: int = 50) -> dict:
     run_dir = work / name
     argv = [sys.executable, "-m", "podracer.cli", "train", "--run-dir", str(run_dir)]
-    argv += [*CONFIGS[name], "--total-timesteps", str(10**10), "--checkpoint-interval", "50"]
+    argv += [*CONFIGS[name], "--total-timesteps", str(10**10), "--checkpoint-interval"]
+    argv += [str(checkpoint_interval)]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"
     log = open(work / f"{name}.err", "w")  # noqa: SIM115 - closed below
@@ -92,6 +94,7 @@ def measure(name: str, minutes: float, work: Path) -> dict:
     return {
         "config": name,
         "minutes": minutes,
+        "checkpoint_interval": checkpoint_interval,
         "samples": n,
         "rss_warm_mb": round(median(warm), 1) if warm else None,
         "rss_end_mb": round(median(last), 1) if last else None,
@@ -107,6 +110,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--only", help=f"comma-separated: {', '.join(CONFIGS)}")
+    parser.add_argument("--checkpoint-interval", type=int, default=50, help="updates")
     args = parser.parse_args(argv)
     names = args.only.split(",") if args.only else list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
@@ -114,7 +118,8 @@ def main(argv=None) -> int:
         parser.error(f"--only: unknown {unknown}; known: {', '.join(CONFIGS)}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            print(json.dumps(measure(name, args.minutes, Path(tmp))), flush=True)
+            result = measure(name, args.minutes, Path(tmp), args.checkpoint_interval)
+            print(json.dumps(result), flush=True)
     return 0
 
 
