@@ -56,15 +56,16 @@ def signalled(arch, tmp_path, signum, status, word):
     """A real process, signalled once its first periodic checkpoint is on disk."""
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    argv = [sys.executable, "-m", "podracer.cli", "train", "--run-dir", str(run), *LOOPS[arch]]
-    argv += [*COMMON, "--total-timesteps", str(10**8), "--checkpoint-interval", "20"]
-    # A shell's background job inherits SIGINT ignored; the child gets Python's Ctrl-C back.
+    args = ["train", "--run-dir", str(run), *LOOPS[arch], *COMMON]
+    args += ["--total-timesteps", str(10**8), "--checkpoint-interval", "20"]
+    # A shell's background job inherits SIGINT ignored: the child sets Python's Ctrl-C handler
+    # before it runs the command line (not preexec_fn: forking a process with JAX's threads).
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = ['podracer'] + {args!r}; runpy.run_module('podracer.cli', run_name='__main__')"
+    )
     proc = subprocess.Popen(
-        argv,
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        [sys.executable, "-c", start], env=env, stderr=subprocess.PIPE, text=True
     )
     try:
         deadline = time.monotonic() + 120
