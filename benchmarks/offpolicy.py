@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -72,13 +71,21 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import podracer
-from podracer import agents, envs, host_envs
+from podracer import agents, envs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling script, run or imported
+from continuous import (
+    LearningCurve,
+    _fmt,
+    curve_from_history,
+    host_env_only_sps,
+    jax_env_only_sps,
+    peak_memory,
+)
+
 from podracer.core.replay import NStepItem, make_buffer
-from podracer.core.rollout import reset_envs
-from podracer.types import BoundedActionSpec
 
 
 class Bench(NamedTuple):
@@ -202,95 +209,6 @@ BUFFER = "buffer"
 SMOKE_ENV_BUDGET = {"anakin": 0, "sebulba": 0.5}  # 0: one update's steps
 
 
-# --- the environment alone -------------------------------------------------------------------
-
-
-def random_actions(key, spec, num_envs: int):
-    """Uniformly random actions for ``num_envs`` environments of action spec ``spec``."""
-    if isinstance(spec, BoundedActionSpec):
-        low = jnp.broadcast_to(jnp.asarray(spec.low, jnp.float32), spec.shape)
-        high = jnp.broadcast_to(jnp.asarray(spec.high, jnp.float32), spec.shape)
-        return jax.random.uniform(key, (num_envs, *spec.shape), minval=low, maxval=high)
-    return jax.random.randint(key, (num_envs,), 0, spec.num_actions)
-
-
-def jax_env_only_sps(env, num_envs: int, rollout_len: int, num_updates: int) -> float:
-    """Steps per second of ``num_envs`` JAX environments ``env`` with uniformly random actions,
-    scanned as Anakin scans them (updates x time), measured after compiling."""
-    params = env.default_params
-    spec = env.action_spec
-    batched_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-
-    def steps(key):
-        state = reset_envs(env, jax.random.split(key, num_envs), params)
-
-        def one_step(env_state, key):
-            action_key, step_key = jax.random.split(key)
-            actions = random_actions(action_key, spec, num_envs)
-            env_state, ts = batched_step(
-                jax.random.split(step_key, num_envs), env_state, actions, params
-            )
-            return env_state, jnp.sum(ts.reward)
-
-        def one_update(env_state, key):
-            env_state, rewards = jax.lax.scan(
-                one_step, env_state, jax.random.split(key, rollout_len)
-            )
-            return env_state, jnp.sum(rewards)
-
-        _, rewards = jax.lax.scan(one_update, state.env_state, jax.random.split(key, num_updates))
-        return jnp.sum(rewards)
-
-    compiled = jax.jit(steps).lower(jax.random.key(0)).compile()
-    compiled(jax.random.key(0)).block_until_ready()
-    best = float("inf")
-    for i in range(3):
-        start = time.perf_counter()
-        compiled(jax.random.key(i + 1)).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return num_envs * rollout_len * num_updates / best
-
-
-def host_env_only_sps(env_id: str, num_envs: int, env_threads: int, seconds: float) -> float:
-    """Steps per second of ``num_envs`` host environments (sync mode) with uniformly random
-    actions, stepped for about ``seconds``."""
-    env = host_envs.make(env_id, num_envs=num_envs, num_threads=env_threads, seed=0)
-    try:
-        spec = env.action_spec
-        rng = np.random.default_rng(0)
-        if isinstance(spec, BoundedActionSpec):
-            low = np.broadcast_to(np.asarray(spec.low, np.float32), spec.shape)
-            high = np.broadcast_to(np.asarray(spec.high, np.float32), spec.shape)
-
-            def actions():
-                return rng.uniform(low, high, (num_envs, *spec.shape)).astype(np.float32)
-        else:
-
-            def actions():
-                return rng.integers(0, spec.num_actions, num_envs)
-
-        env.reset()
-        for _ in range(10):  # warm up
-            env.step(actions())
-        steps = 0
-        start = time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds or steps == 0:
-            for _ in range(10):
-                env.step(actions())
-            steps += 10 * num_envs
-        return steps / elapsed
-    finally:
-        env.close()
-
-
-def peak_memory() -> dict[str, float]:
-    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    stats = jax.devices()[0].memory_stats() or {}
-    if "peak_bytes_in_use" in stats:
-        out["peak_device_mb"] = stats["peak_bytes_in_use"] / 2**20
-    return out
-
-
 def platform() -> dict[str, Any]:
     return {
         "jax": jax.__version__,
@@ -300,34 +218,6 @@ def platform() -> dict[str, Any]:
 
 
 # --- learning curves -------------------------------------------------------------------------
-
-
-class LearningCurve(NamedTuple):
-    """Mean episode return ``returns [P]`` at environment steps ``steps [P]``."""
-
-    label: str
-    steps: np.ndarray
-    returns: np.ndarray
-
-
-def curve_from_history(
-    history: dict[str, np.ndarray], steps_per_update: int, label: str, points: int = 100
-) -> LearningCurve:
-    """A run's curve from its per-update history (``episodes`` and ``return_sum``
-    ``[members, updates]``): the mean return of the episodes that ended in each of about
-    ``points`` windows of updates, at the window's last step; windows where no episode ended
-    are left out."""
-    episodes = np.atleast_2d(np.asarray(history["episodes"], np.float64)).sum(axis=0)
-    returns = np.atleast_2d(np.asarray(history["return_sum"], np.float64)).sum(axis=0)
-    window = max(1, math.ceil(episodes.shape[0] / points))
-    steps, values = [], []
-    for first in range(0, episodes.shape[0], window):
-        last = min(first + window, episodes.shape[0])
-        count = episodes[first:last].sum()
-        if count > 0:
-            steps.append(steps_per_update * last)
-            values.append(returns[first:last].sum() / count)
-    return LearningCurve(label, np.asarray(steps, np.int64), np.asarray(values, np.float64))
 
 
 def plot_learning_curve(curve: LearningCurve, out: str | Path, title: str, note: str) -> Path:
@@ -427,10 +317,6 @@ def run_one(name: str, args) -> dict[str, Any]:
         path = plot_learning_curve(curve, Path(args.plot) / f"{name}.png", title, note)
         line["plot"] = str(path)
     return line
-
-
-def _fmt(value) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
 
 
 # --- the replay buffer alone -----------------------------------------------------------------
