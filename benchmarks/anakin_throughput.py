@@ -97,6 +97,7 @@ def bench(name: str, env_id: str, agent_config, config: AnakinConfig, total_step
         "env_only_sps": env_sps,
         "ratio": summary["sps"] / env_sps,
         "final_return": summary["final_return"],
+        "learner_layout": system.recipe.layout._asdict(),
         **peak_memory(),
     }
 

@@ -73,6 +73,7 @@ def bench(
         "ratio": summary["sps"] / env_sps,
         "leaderboards": len(result.events),
         "final_median_score": result.events[-1]["median_score"] if result.events else None,
+        "learner_layout": system.recipe.layout._asdict(),
         **peak_memory(),
     }
 

@@ -19,96 +19,14 @@ os.environ["XLA_FLAGS"] = (
 
 import argparse
 import json
-import resource
-import time
 
-import jax
-import numpy as np
+from sebulba_common import actor_only_sps, bench, env_only_sps
 
-from podracer import agents, host_envs
+from podracer import agents
 from podracer.agents import PPOConfig
-from podracer.sebulba import (
-    HostCarry,
-    SebulbaConfig,
-    env_factory,
-    host_rollout,
-    rollout_keys,
-    train,
-)
-from podracer.sebulba.system import make_act
+from podracer.sebulba import SebulbaConfig
 
-
-def env_only_sps(env_id: str, config: SebulbaConfig, steps: int) -> float:
-    """envpool alone with uniformly random actions."""
-    env = host_envs.make(
-        env_id,
-        num_envs=config.envs_per_actor,
-        num_threads=config.env_threads,
-        batch_size=config.async_batch_size or None,
-    )
-    rng = np.random.default_rng(0)
-    n = env.action_spec.num_actions
-    if env.batch_size < env.num_envs:
-        env.async_reset()
-        start = time.perf_counter()
-        for _ in range(steps // env.batch_size):
-            _, ids = env.recv()
-            env.send(rng.integers(0, n, len(ids)), ids)
-        done = steps // env.batch_size * env.batch_size
-    else:
-        env.reset()
-        start = time.perf_counter()
-        for _ in range(steps // env.num_envs):
-            env.step(rng.integers(0, n, env.num_envs))
-        done = steps // env.num_envs * env.num_envs
-    elapsed = time.perf_counter() - start
-    env.close()
-    return done / elapsed
-
-
-def actor_only_sps(env_id: str, agent_config, config: SebulbaConfig, rollouts: int) -> float:
-    """One actor acting and stepping with frozen params on device 0 (sync mode), no learner."""
-    make_env = env_factory(env_id, config, seed=0)
-    env = make_env(0)
-    agent, _ = agents.build(agent_config, env.action_spec.num_actions, 1)
-    device = jax.devices()[0]
-    obs = np.zeros(env.observation_spec.shape, env.observation_spec.dtype)
-    params = jax.device_put(agent.init(jax.random.key(0), obs), device)
-    act = make_act(agent)
-    carry = HostCarry(env.reset(), ())
-    keys = jax.device_put(rollout_keys(jax.random.key(1), config.rollout_len), device)
-    host_rollout(env, act, params, carry, keys)  # compile
-    start = time.perf_counter()
-    for _ in range(rollouts):
-        carry, _, _ = host_rollout(env, act, params, carry, keys)
-    elapsed = time.perf_counter() - start
-    env.close()
-    return rollouts * config.rollout_len * config.envs_per_actor / elapsed
-
-
-def bench(name, env_id, agent_config, config, total_steps) -> dict:
-    result = train(
-        env_id, agent_config, config, seed=0, total_timesteps=total_steps, devices=jax.devices()[:2]
-    )
-    s = result.summary
-    return {
-        "config": name,
-        "env": env_id,
-        "envs_per_actor": config.envs_per_actor,
-        "rollout_len": config.rollout_len,
-        "async_batch_size": config.async_batch_size,
-        "total_steps": s["total_steps"],
-        "sps": s["sps"],
-        "compile_s": s["compile_s"],
-        "actor_time_s": s["actor_time_s"],
-        "learner_time_s": s["learner_time_s"],
-        "policy_lag_mean": s["policy_lag_mean"],
-        "queue_size_mean": s["queue_size_mean"],
-        "env_only_sps": env_only_sps(env_id, config, min(total_steps, 200_000)),
-        "actor_only_sps": actor_only_sps(env_id, agent_config, config, rollouts=20),
-        "final_return": s["final_return"],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+__all__ = ["actor_only_sps", "bench", "env_only_sps", "main"]
 
 
 def main(argv=None) -> None:
