@@ -47,7 +47,15 @@ from podracer.loops.common import (
 )
 from podracer.loops.layout import LearnerLayoutFields
 from podracer.loops.recipe import Recipe
-from podracer.parallel import DATA_AXIS, MEMBER_AXIS, Watchdog, barrier, fetch, member_mesh
+from podracer.parallel import (
+    DATA_AXIS,
+    MEMBER_AXIS,
+    Watchdog,
+    barrier,
+    fetch,
+    member_mesh,
+    member_placement,
+)
 from podracer.types import EnvSpec, LearnerState
 
 
@@ -575,6 +583,18 @@ def build_system(
     )
 
 
+def place_members(config: AnakinConfig) -> tuple[AnakinConfig, list[jax.Device] | None]:
+    """:attr:`Loop.place_members` of Anakin: the members on as many of the CPU's cores as divide
+    them (:func:`~podracer.parallel.member_placement`), each core running whole members with no
+    collective between them; one member stays on one core (splitting its environments over
+    CPU devices costs more in all-reduces than it saves). A config that sets ``member_shards``
+    keeps its own placement."""
+    if config.member_shards != 1:
+        return config, None
+    devices, shards = member_placement(config.num_seeds)
+    return dataclasses.replace(config, member_shards=shards), devices
+
+
 LOOP = Loop(
     name="anakin",
     config_cls=AnakinConfig,
@@ -584,6 +604,7 @@ LOOP = Loop(
     build=build_system,
     members_in_one_program=True,
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
+    place_members=place_members,
 )
 
 

@@ -629,17 +629,41 @@ def evaluate(argv: Sequence[str]) -> dict:
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _use_cpu_cores(argv: Sequence[str]) -> None:
+    """One XLA:CPU device per core for a single-process run, before JAX starts
+    (:func:`podracer.parallel.use_cpu_cores`), so that Anakin's members run side by side on
+    them; a multi-process run keeps the devices each process has."""
+    from podracer import agents, parallel
+
+    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
+    setup = parallel.resolve(selectors.coordinator, selectors.num_processes, selectors.process_id)
+    if setup.source == "single":
+        parallel.use_cpu_cores()
+
+
+def main(argv: Sequence[str] | None = None, *, cpu_cores: bool | None = None) -> int:
+    """The ``podracer`` program: ``argv`` defaults to the command line. ``cpu_cores`` (default:
+    True for the command line, False for a given ``argv``, as when called in a process that has
+    started JAX already) gives ``train`` and ``sweep`` one CPU device per core."""
     from podracer.checkpoint import CheckpointError
     from podracer.config import ConfigError
     from podracer.loops.common import Diverged
 
+    if cpu_cores is None:
+        cpu_cores = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(TOP_USAGE, end="")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     try:
+        if (
+            cpu_cores
+            and command in ("train", "sweep")
+            and "-h" not in rest
+            and "--help" not in rest
+        ):
+            _use_cpu_cores(rest)
         if command == "train":
             with _sigterm_as_interrupt():
                 train(rest)

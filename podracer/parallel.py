@@ -97,6 +97,67 @@ def fetch(tree):
     return jax.tree.map(one, tree)
 
 
+# --- a CPU's cores for members -----------------------------------------------------------------
+
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+_cpu_cores_set = 0  # the device count use_cpu_cores set, 0 when it set none
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def use_cpu_cores(count: int | None = None) -> int:
+    """Host (edge). Gives XLA:CPU one device per core (``count``, default :func:`usable_cores`)
+    by adding ``--xla_force_host_platform_device_count`` to ``XLA_FLAGS``, so that
+    :func:`spread_members` can run members side by side: XLA:CPU runs one device's program on
+    one core, so vmapped members on one device do not use the others.
+
+    It acts only before JAX has started its backends (call it first, before any JAX
+    computation) and only when ``XLA_FLAGS`` does not set the count already (the user's choice
+    wins, ``=1`` included). It changes nothing on GPUs and TPUs, whose CPU devices are not used
+    for training. Returns the count it set, or 0 when it set none. ``podracer train`` and
+    ``podracer sweep`` call it for single-process runs.
+    """
+    global _cpu_cores_set
+    from jax._src import xla_bridge  # backends_are_initialized has no public name
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    count = usable_cores() if count is None else count
+    if _DEVICE_COUNT_FLAG in flags or xla_bridge.backends_are_initialized() or count < 2:
+        return 0
+    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={count}".strip()
+    _cpu_cores_set = count
+    return count
+
+
+def member_placement(
+    num_members: int, devices: Sequence[jax.Device] | None = None
+) -> tuple[list[jax.Device], int]:
+    """``(devices, member_shards)`` that run ``num_members`` members on as many of ``devices``
+    (default: this process's) as divide them, one group of members per device and no device
+    splitting a member's environments: the largest divisor ``D`` of ``num_members`` not above
+    the device count gives ``(devices[:D], D)``. One member gets one device."""
+    devices = list(jax.local_devices() if devices is None else devices)
+    shards = max(d for d in range(1, min(num_members, len(devices)) + 1) if num_members % d == 0)
+    return devices[:shards], shards
+
+
+def spread_members() -> bool:
+    """True when :func:`use_cpu_cores` gave this process its CPU devices and they train: a loop
+    whose members run as one program then places them with :func:`member_placement`."""
+    return (
+        _cpu_cores_set > 1
+        and jax.process_count() == 1
+        and jax.default_backend() == "cpu"
+        and jax.local_device_count() == _cpu_cores_set
+    )
+
+
 def devices_by_local_ids(local_ids: Sequence[int]) -> list[jax.Device]:
     """The devices with local index ``local_ids`` on every process, process by process.
 

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import numpy as np
 
+from podracer import parallel
 from podracer.config import ConfigValueError
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.layout import LearnerLayout, LearnerLayoutFields, learner_layout
@@ -70,7 +71,11 @@ class Loop(NamedTuple):
     - ``build(recipe, config, *, devices, members, periodic) -> System``;
     - ``members_in_one_program``: sweeps and populations run their members as one program
       (Anakin's vmapped members); otherwise a sweep runs them in turn and a population is refused;
-    - ``with_members(config, n)``: the config that runs ``n`` members.
+    - ``with_members(config, n)``: the config that runs ``n`` members;
+    - ``place_members(config) -> (config, devices)``: where the members run when
+      :func:`podracer.parallel.use_cpu_cores` gave a CPU one device per core and no devices are
+      given (:func:`podracer.parallel.spread_members`): Anakin puts them on as many cores as
+      divide them.
     """
 
     name: str
@@ -81,6 +86,7 @@ class Loop(NamedTuple):
     build: Callable[..., System]
     members_in_one_program: bool = False
     with_members: Callable[[Any, int], Any] | None = None
+    place_members: Callable[[Any], tuple[Any, Sequence[jax.Device] | None]] | None = None
 
 
 _BUILT_IN = {"anakin": "podracer.anakin", "sebulba": "podracer.sebulba"}
@@ -127,8 +133,12 @@ def build(
 
     ``members`` and ``periodic`` are made from the recipe: a sweep's or a population's members
     are its agent with traced hyper-parameters (``recipe.member``). ``options`` go to the loop's
-    ``build`` (Anakin: ``env_params``; Sebulba: ``env_options``)."""
+    ``build`` (Anakin: ``env_params``; Sebulba: ``env_options``). Without ``devices``, a CPU
+    given one device per core (:func:`podracer.parallel.use_cpu_cores`) runs the members on
+    them (``loop.place_members``)."""
     loop = get(loop) if isinstance(loop, str) else loop
+    if devices is None and loop.place_members is not None and parallel.spread_members():
+        config, devices = loop.place_members(config)
     recipe = make_recipe(
         loop,
         env_id,
