@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The accelerator suite on a GPU machine, in one call: Python set up, the devices shown, then
+# benchmarks/suite.py; suite.jsonl, the plots and this script's log land in $OUT.
+#
+#   bash benchmarks/gpu_suite.sh                 # OUT defaults to benchmarks/results/suite
+#   TOTAL_S=540 OUT=/tmp/x SUITE_ARGS="--only anakin" bash benchmarks/gpu_suite.sh
+#
+# Python, the first of these that imports JAX, podracer and its dependencies:
+#   1. the image's python3 with benchmarks/results/gpu_site.tar.xz unpacked on PYTHONPATH
+#      (made by benchmarks/gpu_deps.sh where a registry is reachable: the device machine of
+#      this workplace reaches none, and its image already holds JAX with CUDA);
+#   2. .venv, if there is one;
+#   3. a new .venv (system site packages kept, so an installed CUDA JAX is used), filled from
+#      the package registries with `pip install -e .[dev]`, plus `jax[cuda12]` if its JAX sees
+#      no GPU.
+# TOTAL_S (default 540 s) bounds the whole script: the suite gets what setting up left, less a
+# margin for the plots, as its --budget-s, and is stopped 60 s after that if it is still going
+# (what it measured by then stays in suite.jsonl, and the plots are drawn from it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-benchmarks/results/suite}
+TOTAL_S=${TOTAL_S:-540}
+SITE_ARCHIVE=${SITE_ARCHIVE:-benchmarks/results/gpu_site.tar.xz}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/gpu_suite.log") 2>&1
+export PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
+unset XLA_FLAGS  # no forced CPU device count: the suite uses the devices it finds
+
+timed() {  # timed NAME COMMAND...: runs it, prints its wall time, keeps its status
+  local name=$1 start=$SECONDS status=0
+  shift
+  echo "== $name"
+  "$@" || status=$?
+  echo "== $name: $((SECONDS - start)) s, status $status"
+  return "$status"
+}
+
+imports_ok() {
+  "$1" -c "import jax, gymnax, rlax, envpool, tyro, flashbax, matplotlib, podracer" 2>/dev/null
+}
+
+setup_python() {
+  PY=""
+  if [ -f "$SITE_ARCHIVE" ] && command -v python3 >/dev/null; then
+    mkdir -p /tmp/podracer_site
+    tar -C /tmp/podracer_site -xJf "$SITE_ARCHIVE"
+    export PYTHONPATH=/tmp/podracer_site:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+    if imports_ok python3; then PY=python3; return; fi
+    echo "python3 with $SITE_ARCHIVE does not import everything; trying .venv"
+  fi
+  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+  if [ -x .venv/bin/python ] && imports_ok .venv/bin/python; then PY=.venv/bin/python; return; fi
+  if [ ! -x .venv/bin/python ]; then python3 -m venv --system-site-packages .venv; fi
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  if ! .venv/bin/python -c "import jax, sys; sys.exit(jax.default_backend() == 'cpu')"; then
+    local jax_version
+    jax_version=$(.venv/bin/python -c "import jax; print(jax.__version__)")
+    .venv/bin/python -m pip install -q "jax[cuda12]==$jax_version"
+  fi
+  PY=.venv/bin/python
+}
+
+timed "nvidia-smi -L" nvidia-smi -L || true
+timed "python" setup_python
+echo "python: $PY ($("$PY" --version 2>&1)), $(nproc) CPU cores"
+timed "jax.devices()" "$PY" -c 'import jax; print(jax.__version__, jax.devices())'
+
+budget=$((TOTAL_S - SECONDS - 30))
+if [ "$budget" -lt 60 ]; then
+  echo "only $budget s left of TOTAL_S=$TOTAL_S after setting up: not running the suite"
+  exit 1
+fi
+status=0
+timed "suite.py (budget $budget s)" timeout --signal=TERM $((budget + 60)) \
+  "$PY" benchmarks/suite.py --out "$OUT" --budget-s "$budget" ${SUITE_ARGS:-} || status=$?
+if [ "$status" -ne 0 ]; then  # stopped or failed: draw what was measured
+  timed "plots" "$PY" benchmarks/suite.py --out "$OUT" --plot-only || true
+fi
+echo "== total: $SECONDS s, suite status $status; files in $OUT:"
+ls -la "$OUT"
+exit "$status"
