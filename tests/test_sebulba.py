@@ -328,6 +328,77 @@ def test_async_collector_keeps_each_env_sequence():
     env.close()
 
 
+class RecordingEnv:
+    """An async host environment that logs every ``recv`` and ``send``."""
+
+    def __init__(self, env):
+        self.env, self.log = env, []
+        self.num_envs, self.batch_size = env.num_envs, env.batch_size
+
+    def async_reset(self):
+        self.env.async_reset()
+
+    def recv(self):
+        ts, ids = self.env.recv()
+        self.log.append(("recv", jax.tree.map(np.copy, ts), ids.copy()))
+        return ts, ids
+
+    def send(self, actions, ids):
+        self.log.append(("send", np.array(actions), np.array(ids)))
+        self.env.send(actions, ids)
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_async_collector_matches_each_env_log(stateful):
+    """Each env's rows are its own recv/send sequence, in order: the observation it acted in,
+    the action it was sent, then the reward, flags and final observation of the recv that
+    answered it; the rows past T wait for the next trajectory (the buffers start small and
+    grow: batches of 1 let some envs run far ahead)."""
+    from test_contracts import counting_agent
+
+    from podracer import host_envs
+    from podracer.sebulba.system import AsyncCollector, Timers
+
+    if stateful:
+        agent = counting_agent(num_actions=2)
+    else:
+        agent, _ = build(PPOConfig(), 2, num_updates=1)
+    params = agent.init(jax.random.key(0), jnp.zeros(4))
+    num_envs, T = 5, 6
+    env = RecordingEnv(host_envs.make("envpool:CartPole-v1", num_envs=num_envs, batch_size=1))
+    collector = AsyncCollector(env, T, agent.initial_actor_state(num_envs))
+    act = make_act(agent)
+    trajs = [collector.rollout(act, params, jax.random.key(r), Timers())[0] for r in range(3)]
+    seqs = {i: [] for i in range(num_envs)}  # complete (obs, action, reward, term, trunc, final)
+    acted = {}
+    for kind, a, ids in env.log:
+        for j, i in enumerate(ids.tolist()):
+            if kind == "send":
+                acted[i] = acted[i] + (a[j],)
+            else:
+                if i in acted:
+                    obs, action = acted.pop(i)
+                    seqs[i].append(
+                        (obs, action, a.reward[j], a.terminated[j], a.truncated[j], a.final_obs[j])
+                    )
+                acted[i] = (a.obs[j],)
+    for k, traj in enumerate(trajs):
+        for i in range(num_envs):
+            for t in range(T):
+                obs, action, reward, term, trunc, final = seqs[i][k * T + t]
+                np.testing.assert_array_equal(traj.obs[t, i], obs)
+                assert traj.behaviour.action[t, i] == action
+                assert traj.reward[t, i] == reward
+                assert traj.terminated[t, i] == term and traj.truncated[t, i] == trunc
+                np.testing.assert_array_equal(traj.bootstrap_obs[t, i], final)
+    if stateful:  # each env's actor state counts its steps since its episode started
+        states = np.concatenate([traj.actor_state for traj in trajs])
+        done = np.concatenate([traj.terminated | traj.truncated for traj in trajs])
+        np.testing.assert_array_equal(states[1:], np.where(done[:-1], 0, states[:-1] + 1))
+    assert max(len(s) for s in seqs.values()) > 3 * T  # some env ran ahead of the others
+    env.env.close()
+
+
 def test_atari_smoke_impala_breakout_two_actor_threads():
     from podracer.agents.impala import IMPALAConfig
     from podracer.sebulba import train

@@ -253,6 +253,51 @@ class _HeldSteps(NamedTuple):
     episode_length: np.ndarray
 
 
+def _writable(x: np.ndarray) -> np.ndarray:
+    """``x`` as a writable C-contiguous array (copied only when it is not one: an action
+    fetched from a JAX array is a read-only view)."""
+    if x.flags.writeable and x.flags.c_contiguous:
+        return x
+    return np.array(x, order="C")
+
+
+class _RawLayout(NamedTuple):
+    """Where envpool's low-level ``_recv`` puts the arrays the adapter reads, and the order of
+    the arrays its ``_send`` takes (envpool's ``_state_keys`` and ``_action_keys``)."""
+
+    env_id: int
+    obs: int
+    reward: int
+    done: int
+    trunc: int
+    game_over: int | None  # Atari's info["terminated"]
+    score: int | None  # Atari's info["reward"]
+    action_keys: tuple[str, ...]
+
+
+def _raw_layout(pool: Any, atari: bool) -> _RawLayout | None:
+    """The layout of ``pool``'s low-level calls, or None (use its public ``send`` / ``recv``)
+    where it is not the single-player one this adapter knows: one ``action`` array and the
+    env ids (``players.env_id`` is the env ids with one player per env)."""
+    state_keys = list(getattr(pool, "_state_keys", ()))
+    action_keys = tuple(getattr(pool, "_action_keys", ()))
+    needed = ["info:env_id", "obs", "reward", "done", "trunc"]
+    needed += ["info:terminated", "info:reward"] if atari else []
+    if (
+        not all(hasattr(pool, name) for name in ("_send", "_recv", "config"))
+        or any(k not in state_keys for k in needed)
+        or sorted(action_keys) != ["action", "env_id", "players.env_id"]
+        or pool.config.get("max_num_players", 1) != 1
+    ):
+        return None
+    return _RawLayout(
+        *(state_keys.index(k) for k in needed[:5]),
+        game_over=state_keys.index("info:terminated") if atari else None,
+        score=state_keys.index("info:reward") if atari else None,
+        action_keys=action_keys,
+    )
+
+
 class EnvpoolEnvironment:
     """``num_envs`` envpool environments with podracer's ``TimeStep`` semantics; build with
     :func:`make`.
@@ -300,6 +345,7 @@ class EnvpoolEnvironment:
         self.observation_spec = ObservationSpec(tuple(obs_space.shape), obs_dtype)
         self._all_ids = np.arange(num_envs, dtype=np.int32)
         self._closed = False
+        self._raw = _raw_layout(pool, atari)
 
         n = num_envs
         self._elapsed = np.zeros(n, np.int64)  # steps of each env's episode (host time limit)
@@ -359,28 +405,49 @@ class EnvpoolEnvironment:
         return np.zeros((n, *self.action_spec.shape), self._pool_action_dtype)
 
     def _recv_pool(self) -> _PoolOutput:
-        obs, reward, terminated, truncated, info = self._pool.recv()
+        if self._raw is not None:  # envpool's arrays without its Python wrapper
+            state = self._pool._recv()
+            raw = self._raw
+            env_id, obs, done = state[raw.env_id], state[raw.obs], state[raw.done]
+            reward, truncated = state[raw.reward], state[raw.trunc]
+            terminated = done & ~truncated  # what envpool's gymnasium wrapper reports
+            game_over = state[raw.game_over] if self._atari else None
+            score = state[raw.score] if self._atari else None
+        else:
+            obs, reward, terminated, truncated, info = self._pool.recv()
+            env_id = info["env_id"]
+            game_over = info["terminated"] if self._atari else None
+            score = info["reward"] if self._atari else None
         if self._cast_obs:
             obs = obs.astype(np.float32)
         reward = np.asarray(reward, np.float32)
-        game_over = np.asarray(info["terminated"], bool) if self._atari else None
-        score = np.asarray(info["reward"], np.float32) if self._atari else reward
         return _PoolOutput(
-            np.asarray(info["env_id"], np.int32),
+            np.asarray(env_id, np.int32),
             obs,
             reward,
             np.asarray(terminated, bool),
             np.asarray(truncated, bool),
-            game_over,
-            score,
+            None if game_over is None else np.asarray(game_over, bool),
+            reward if score is None else np.asarray(score, np.float32),
         )
+
+    def _pool_send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
+        """envpool's ``send(actions, env_ids)``; ``actions`` in envpool's dtype, ``env_ids``
+        i32. Its Python wrapper rebuilds the task's config dict at every call (tens of
+        microseconds, as much as a whole CartPole step of 32 envs), so the arrays go straight
+        to envpool's own ``_send`` where their layout is the known one."""
+        if self._raw is None:
+            self._pool_send(actions, env_ids)
+            return
+        actions, env_ids = _writable(actions), _writable(env_ids)  # what _send takes
+        self._pool._send([actions if k == "action" else env_ids for k in self._raw.action_keys])
 
     def _send_follow_up(self, env_ids: np.ndarray) -> None:
         """Starts the call that resets the envs ``env_ids``, whose episodes just ended."""
         if self._time_limit is not None:
             self._pool._reset(env_ids)  # envpool's reset(env_ids) without its recv (async safe)
         else:  # envpool's own auto-reset: the step after done (Atari: next life or new game)
-            self._pool.send(self._dummy_actions(len(env_ids)), env_ids)
+            self._pool_send(self._dummy_actions(len(env_ids)), env_ids)
 
     def _account(self, out: _PoolOutput) -> tuple[np.ndarray, np.ndarray, EpisodeInfo]:
         """Flags and episode statistics of one envpool step of the envs ``out.env_id``.
@@ -457,7 +524,7 @@ class EnvpoolEnvironment:
         if not self._started:
             raise RuntimeError(f"{self.id}: call reset() before step()")
         actions = self._check_actions(actions, self.num_envs)
-        self._pool.send(actions, self._all_ids)
+        self._pool_send(actions, self._all_ids)
         out = self._recv_in_order(self._all_ids)
         terminated, truncated, info = self._account(out)
         obs = final_obs = out.obs
@@ -618,7 +685,7 @@ class EnvpoolEnvironment:
         if not len(env_ids):
             return
         env_ids = env_ids.astype(np.int32)
-        self._pool.send(actions, env_ids)
+        self._pool_send(actions, env_ids)
         self._held[env_ids] = False
         self._in_flight += len(env_ids)
 

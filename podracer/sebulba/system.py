@@ -23,6 +23,7 @@ so the params are the same on all of them.
 from __future__ import annotations
 
 import collections
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -88,9 +89,11 @@ class HostCarry(NamedTuple):
     actor_state: Any  # the agent's actor state after the last act, on the actor's device
 
 
-def _stack(rows: list) -> Any:
-    """``[T]`` pytrees of ``[B, ...]`` (device or NumPy) -> one NumPy pytree ``[T, B, ...]``."""
-    return jax.tree.map(lambda *xs: np.stack(xs), *jax.device_get(rows))
+@jax.jit
+def _stack_on_device(rows: list) -> Any:
+    """``[T]`` pytrees of ``[B, ...]`` device arrays -> one pytree ``[T, B, ...]``, in one
+    dispatch (fetching every step's leaves one by one costs ~10 us a leaf)."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *rows)
 
 
 def host_rollout(
@@ -106,33 +109,27 @@ def host_rollout(
     """
     timers = timers or Timers()
     timestep, actor_state = carry
-    obs, rewards, terms, truncs, finals, outs, states = [], [], [], [], [], [], []
-    episodes, return_sum, length_sum = 0, 0.0, 0
+    obs, rewards, terms, truncs, finals, outputs, infos = [], [], [], [], [], [], []
     for t in range(keys.shape[0]):
         start = time.perf_counter()
         # The observation goes in as NumPy (placed beside the committed params: an explicit
         # device_put first costs a dispatch of its own), and only the action comes back now;
-        # the rest of the actor's output is fetched once, after the rollout.
+        # the rest of the actor's output stays on the device until the rollout ends.
         used, actor_state, out = act(params, actor_state, timestep.obs, timestep.done, keys, t)
         action = np.asarray(out.action)
         start = timers.add("inference", start)
         next_ts = env.step(action)
         timers.add("env_step", start)
         obs.append(timestep.obs)
-        outs.append(out)
-        states.append(used)
+        outputs.append((out, used))
         rewards.append(next_ts.reward)
         terms.append(next_ts.terminated)
         truncs.append(next_ts.truncated)
         finals.append(next_ts.final_obs)
-        if next_ts.info is not None:
-            done = np.asarray(next_ts.info.done)
-            episodes += int(done.sum())
-            return_sum += float(np.asarray(next_ts.info.episode_return)[done].sum())
-            length_sum += int(np.asarray(next_ts.info.episode_length)[done].sum())
+        infos.append(next_ts.info)
         timestep = next_ts
     start = time.perf_counter()
-    behaviour, actor_states = _stack(outs), _stack(states)
+    behaviour, actor_states = jax.device_get(_stack_on_device(outputs))
     timers.add("inference", start)
     traj = Trajectory(
         obs=np.stack(obs),
@@ -143,7 +140,24 @@ def host_rollout(
         behaviour=behaviour,
         actor_state=actor_states,
     )
-    return HostCarry(timestep, actor_state), traj, RolloutStats(episodes, return_sum, length_sum)
+    return HostCarry(timestep, actor_state), traj, _episode_stats(infos)
+
+
+def _episode_stats(infos: list) -> RolloutStats:
+    """The statistics of the episodes that ended in a rollout's steps (their ``EpisodeInfo``,
+    or None from an environment that reports none), counted once per rollout instead of with
+    a few small NumPy reductions at every step."""
+    infos = [info for info in infos if info is not None]
+    if not infos:
+        return RolloutStats(0, 0.0, 0)
+    done = np.stack([np.asarray(info.done) for info in infos])
+    returns = np.stack([np.asarray(info.episode_return) for info in infos])
+    lengths = np.stack([np.asarray(info.episode_length) for info in infos])
+    return RolloutStats(
+        int(done.sum()),
+        float(returns[done].sum(dtype=np.float64)),
+        int(lengths[done].sum(dtype=np.int64)),
+    )
 
 
 class AsyncCollector:
@@ -157,87 +171,154 @@ class AsyncCollector:
     and reset where its episode starts. The statistics of a rollout are those of the episodes
     that end inside its trajectory (an episode that ends in a transition held back for the next
     trajectory counts there), so every episode counts once, with the trajectory it is in.
+
+    The book-keeping is NumPy over env ids (no Python loop over the rows of a batch): every
+    field has a buffer ``[capacity, num_envs, ...]`` and env ``i`` writes its next transition
+    at row ``count[i]`` (its complete transitions so far): the acting half (observation, the
+    actor's output and state) when it acts, the environment's half (reward, flags, final
+    observation, episode statistics) when its result comes back, which completes the row.
+    The ids of one ``recv`` are distinct, so one scatter per field writes the whole batch.
     """
 
     def __init__(self, env, rollout_len: int, initial_actor_state: Any = ()):
         self.env = env
         self.rollout_len = rollout_len
-        self.buffers: list[list] = [[] for _ in range(env.num_envs)]
-        self.pending: dict[int, tuple] = {}
-        self.actor_state = jax.device_get(initial_actor_state)  # [num_envs, ...] NumPy
-        self.calls = 0
+        n = env.num_envs
+        # writable NumPy rows (device_get may give read-only views of device buffers)
+        self.actor_state = jax.tree.map(np.array, jax.device_get(initial_actor_state))
+        self.count = np.zeros(n, np.int64)  # complete transitions of each env in the buffers
+        self.acting = np.zeros(n, bool)  # acted in row count[i], waiting for its result
+        self.buffers: Any = None  # made at the first act, when the shapes are known
+        self.calls = 0  # recv batches acted on: the acting key of call c is fold_in(key, c)
+        self.key_block = async_key_block(n, env.batch_size, rollout_len)
         env.async_reset()
 
+    def _grow(self, needed: int) -> None:
+        """Room for row ``needed`` of every env (an env may run ahead of the slowest)."""
+        capacity = jax.tree.leaves(self.buffers)[0].shape[0]
+        if needed < capacity:
+            return
+        capacity = max(2 * capacity, needed + 1)
+
+        def grow(x):
+            bigger = np.zeros((capacity, *x.shape[1:]), x.dtype)
+            bigger[: x.shape[0]] = x
+            return bigger
+
+        self.buffers = jax.tree.map(grow, self.buffers)
+
+    def _make_buffers(self, ts, out, used) -> None:
+        n, capacity = self.env.num_envs, 2 * self.rollout_len
+
+        def like(x, dtype=None):
+            x = np.asarray(x)
+            return np.zeros((capacity, n, *x.shape[1:]), dtype or x.dtype)
+
+        self.buffers = dict(
+            obs=like(ts.obs),
+            behaviour=jax.tree.map(like, out),
+            actor_state=jax.tree.map(like, used),
+            reward=like(ts.reward, np.float32),
+            terminated=like(ts.terminated, bool),
+            truncated=like(ts.truncated, bool),
+            bootstrap_obs=like(ts.final_obs),
+            episode_done=like(ts.terminated, bool),
+            episode_return=like(ts.reward, np.float64),
+            episode_length=like(ts.reward, np.int64),
+        )
+
     def rollout(self, act, params, key, timers: Timers):
-        while min(len(b) for b in self.buffers) < self.rollout_len:
+        T, buf = self.rollout_len, self.buffers
+        block_start = self.calls  # the keys of calls block_start .. block_start + key_block - 1
+        keys = async_keys(key, block_start, self.key_block)
+        while buf is None or self.count.min() < T:
             start = time.perf_counter()
             ts, env_ids = self.env.recv()
             start = timers.add("env_step", start)
-            ids = env_ids.tolist()
-            info = ts.info
-            for j, i in enumerate(ids):
-                if i in self.pending:
-                    obs, out, used = self.pending.pop(i)
-                    ended = info is not None and bool(info.done[j])
-                    episode = (
-                        (1, float(info.episode_return[j]), int(info.episode_length[j]))
-                        if ended
-                        else (0, 0.0, 0)
+            if buf is not None:  # the results of the envs that acted complete their rows
+                back = self.acting[env_ids]
+                ids, rows = env_ids[back], self.count[env_ids[back]]
+                buf["reward"][rows, ids] = ts.reward[back]
+                buf["terminated"][rows, ids] = ts.terminated[back]
+                buf["truncated"][rows, ids] = ts.truncated[back]
+                buf["bootstrap_obs"][rows, ids] = ts.final_obs[back]
+                if ts.info is not None:
+                    done = np.asarray(ts.info.done)[back]
+                    buf["episode_done"][rows, ids] = done
+                    buf["episode_return"][rows, ids] = np.where(
+                        done, ts.info.episode_return[back], 0.0
                     )
-                    self.buffers[i].append(
-                        (
-                            obs,
-                            out,
-                            ts.reward[j],
-                            ts.terminated[j],
-                            ts.truncated[j],
-                            ts.final_obs[j],
-                            used,
-                            episode,
-                        )
+                    buf["episode_length"][rows, ids] = np.where(
+                        done, ts.info.episode_length[back], 0
                     )
-            keys = jax.random.fold_in(key, self.calls)[None]
-            rows = jax.tree.map(lambda x, ids=env_ids: x[ids], self.actor_state)
+                self.count[ids] += 1
+            if self.calls - block_start == self.key_block:  # a longer rollout than expected
+                block_start = self.calls
+                keys = async_keys(key, block_start, self.key_block)
+            states = jax.tree.map(lambda x, ids=env_ids: x[ids], self.actor_state)
             # runs beside the params
-            used, rows, out = jax.device_get(act(params, rows, ts.obs, ts.done, keys, 0))
+            step = act(params, states, ts.obs, ts.done, keys, self.calls - block_start)
+            # np.asarray per leaf: ~1 us each where jax.device_get costs ~10 (the rows are
+            # copied into the buffers below, so read-only views are enough)
+            used, states, out = jax.tree.map(np.asarray, step)
             self.calls += 1
             start = timers.add("inference", start)
             self.env.send(out.action, env_ids)
             timers.add("env_step", start)
 
-            def scatter(x, new, ids=env_ids):
-                x = np.array(x)
-                x[ids] = new
-                return x
+            if buf is None:
+                self._make_buffers(ts, out, used)
+                buf = self.buffers
+            self._grow(int(self.count[env_ids].max()))
+            buf = self.buffers
+            rows = self.count[env_ids]
+            buf["obs"][rows, env_ids] = ts.obs
+            for b, x in zip(jax.tree.leaves(buf["behaviour"]), jax.tree.leaves(out), strict=True):
+                b[rows, env_ids] = x
+            for b, x in zip(
+                jax.tree.leaves(buf["actor_state"]), jax.tree.leaves(used), strict=True
+            ):
+                b[rows, env_ids] = x
+            for s, x in zip(
+                jax.tree.leaves(self.actor_state), jax.tree.leaves(states), strict=True
+            ):
+                s[env_ids] = x
+            self.acting[env_ids] = True
 
-            self.actor_state = jax.tree.map(scatter, self.actor_state, rows)
-            for j, i in enumerate(ids):
-                self.pending[i] = (
-                    ts.obs[j],
-                    jax.tree.map(lambda x, j=j: x[j], out),
-                    jax.tree.map(lambda x, j=j: x[j], used),
-                )
-        steps = [b[: self.rollout_len] for b in self.buffers]
-        self.buffers = [b[self.rollout_len :] for b in self.buffers]
-
-        def stack(field):  # [T, num_envs, ...]
-            rows = [[seq[t][field] for seq in steps] for t in range(self.rollout_len)]
-            return jax.tree.map(lambda *xs: np.stack(xs), *[_stack(row) for row in rows])
-
+        first = jax.tree.map(lambda x: x[:T].copy(), buf)
+        # the rows after the first T (and the row in progress) move to the front
+        for x in jax.tree.leaves(buf):
+            x[: x.shape[0] - T] = x[T:]
+        self.count -= T
         traj = Trajectory(
-            obs=stack(0),
-            reward=stack(2).astype(np.float32),
-            terminated=stack(3).astype(bool),
-            truncated=stack(4).astype(bool),
-            bootstrap_obs=stack(5),
-            behaviour=stack(1),
-            actor_state=stack(6),
+            obs=first["obs"],
+            reward=first["reward"],
+            terminated=first["terminated"],
+            truncated=first["truncated"],
+            bootstrap_obs=first["bootstrap_obs"],
+            behaviour=first["behaviour"],
+            actor_state=first["actor_state"],
         )
-        episodes = [step[7] for seq in steps for step in seq]
+        done = first["episode_done"]
         stats = RolloutStats(
-            sum(e[0] for e in episodes), sum(e[1] for e in episodes), sum(e[2] for e in episodes)
+            int(done.sum()),
+            float(first["episode_return"][done].sum()),
+            int(first["episode_length"][done].sum()),
         )
         return traj, stats
+
+
+def async_key_block(num_envs: int, batch_size: int, rollout_len: int) -> int:
+    """Acting keys an async actor makes at once: enough for the ``recv`` batches of one
+    rollout (``rollout_len`` steps of every env, ``batch_size`` envs a batch) and some more."""
+    return 2 * -(-rollout_len * num_envs // batch_size) + 8
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def async_keys(key: jax.Array, start, count: int) -> jax.Array:
+    """``[count]`` acting keys of async mode: ``fold_in(key, c)`` for the ``recv`` batches
+    ``c = start, ..., start + count - 1``, in one dispatch instead of one per batch."""
+    return jax.vmap(lambda c: jax.random.fold_in(key, c))(start + jnp.arange(count))
 
 
 def make_act(agent: Agent):
@@ -377,8 +458,9 @@ def run(
     acting_obs = batch_obs[:acting_envs]
     acting_done = np.zeros(acting_envs, bool)
     for device in actor_devices:
-        if config.async_batch_size:  # one key per recv, see AsyncCollector.rollout
-            keys = jax.random.fold_in(jax.random.key(0), 0)[None]
+        if config.async_batch_size:  # a block of keys, one per recv: AsyncCollector.rollout
+            block = async_key_block(config.envs_per_actor, acting_envs, config.rollout_len)
+            keys = async_keys(jax.random.key(0), 0, block)
             actor_state = jax.device_get(agent.initial_actor_state(acting_envs))
         else:
             keys = rollout_keys(jax.random.key(0), config.rollout_len)
@@ -387,7 +469,9 @@ def run(
         params, keys = jax.device_put((params, keys), device)
         _, actor_state, _ = act(params, actor_state, acting_obs, acting_done, keys, 0)
         if not config.async_batch_size:  # the signature of every later step
-            jax.block_until_ready(act(params, actor_state, acting_obs, acting_done, keys, 0))
+            used, _, out = act(params, actor_state, acting_obs, acting_done, keys, 0)
+            outputs = [(out, used)] * config.rollout_len
+            jax.block_until_ready(_stack_on_device(outputs))  # host_rollout's end
     compile_s = time.perf_counter() - t0
     barrier("the Sebulba learner compiled")  # the first update's collectives start together
 
