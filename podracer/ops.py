@@ -55,6 +55,13 @@ def _vary_over(x, axes: frozenset):
     return lax.pcast(x, missing, to="varying") if missing else x
 
 
+def vary_as(tree, x):
+    """Each leaf of ``tree`` marked as varying over every ``shard_map`` axis ``x`` varies over
+    (nothing outside ``shard_map``)."""
+    axes = varying_axes(x)
+    return jax.tree.map(lambda leaf: _vary_over(leaf, axes), tree)
+
+
 def vary_like(new, old):
     """Each leaf of ``new`` marked as varying over the ``shard_map`` axes its leaf in ``old``
     varies over: a loop carry keeps its type when a step returns a value that depends on no

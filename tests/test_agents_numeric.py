@@ -258,6 +258,70 @@ def test_qlambda_td_errors_at_an_episode_end_equal_a_hand_computation(ends_by):
     np.testing.assert_array_equal(table_grad, 0.0)
 
 
+# --- bootstrap values from the values of obs ----------------------------------------------------
+
+
+def every_bootstrap_value(value_fn, params, v_obs, bootstrap_obs, truncated_t, time_axis=0):
+    """The reference: the network on every ``bootstrap_obs`` (what the agents computed before
+    :func:`podracer.core.returns.bootstrap_values`)."""
+    del time_axis
+    flat = bootstrap_obs.reshape(-1, *bootstrap_obs.shape[truncated_t.ndim :])
+    return value_fn(params, flat).reshape(v_obs.shape)
+
+
+def _computed(module, agent, params, traj, monkeypatch, reference):
+    """PPO: its prepared batch; IMPALA and Q(lambda): loss, metrics and gradients on the
+    prepared batch (their bootstrap values are computed in the loss)."""
+    if reference:
+        monkeypatch.setattr(module, "bootstrap_values", every_bootstrap_value)
+    batch = agent.prepare(params, (), traj, jnp.mean)
+    if module is ppo:
+        return batch
+    return jax.grad(agent.loss, has_aux=True)(params, batch, jax.random.key(3)), agent.loss(
+        params, batch, jax.random.key(3)
+    )
+
+
+@pytest.mark.parametrize("mid_truncations", [True, False])
+@pytest.mark.parametrize("name", ["ppo", "impala", "qlambda"])
+def test_bootstrap_values_reused_from_obs_equal_every_bootstrap_obs_evaluated(
+    monkeypatch, name, mid_truncations
+):
+    """Reusing ``v(obs[t + 1])`` inside episodes gives the losses, gradients and targets of
+    evaluating the network on every ``bootstrap_obs``, to rounding: with truncations before the
+    last step (every final observation evaluated) and without (only the last step's), alone and
+    vmapped over two parameter sets (the ``lax.cond`` then a select)."""
+    module = {"ppo": ppo, "impala": impala, "qlambda": qlambda_agent}[name]
+    config = {
+        "ppo": PPOConfig(hidden_sizes=(16,)),
+        "impala": impala.IMPALAConfig(hidden_sizes=(16,)),
+        "qlambda": QLambdaConfig(hidden_sizes=(16,)),
+    }[name]
+    agent = module.make_agent(config, 3)
+    keys = jax.random.split(jax.random.key(0), 2)
+    params = jax.vmap(lambda k: agent.init(k, jnp.zeros(OBS_DIM)))(keys)
+    first = jax.tree.map(lambda x: x[0], params)
+    traj = random_trajectory(agent, first, jax.random.key(1))
+    if not mid_truncations:
+        # The old truncations' steps go on in their episodes: their bootstrap_obs is obs[t + 1].
+        truncated = jnp.zeros_like(traj.truncated).at[-1, 1].set(True)
+        inside = ~(traj.terminated | truncated)[:-1, :, None]
+        following = jnp.where(inside, traj.obs[1:], traj.bootstrap_obs[:-1])
+        bootstrap_obs = traj.bootstrap_obs.at[:-1].set(following)
+        traj = traj._replace(truncated=truncated, bootstrap_obs=bootstrap_obs)
+    assert bool(jnp.any(traj.truncated[:-1])) == mid_truncations
+
+    def both(p):
+        mine = _computed(module, agent, p, traj, monkeypatch, reference=False)
+        with monkeypatch.context() as patch:
+            theirs = _computed(module, agent, p, traj, patch, reference=True)
+        return mine, theirs
+
+    for mine, theirs in [jax.jit(both)(first), jax.jit(jax.vmap(both))(params)]:
+        for a, b in zip(jax.tree.leaves(mine), jax.tree.leaves(theirs), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 # --- the learning-rate schedule -----------------------------------------------------------------
 
 

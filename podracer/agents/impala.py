@@ -33,7 +33,7 @@ from podracer.agents.policy import ActorCriticFields, learning_rate, make_act, p
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_choice, check_positive, check_range
 from podracer.core.normalisation import NormalisationFields
-from podracer.core.returns import vtrace
+from podracer.core.returns import bootstrap_values, vtrace
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
 
@@ -132,27 +132,6 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         )
         return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
 
-    def bootstrap_values(params, batch: IMPALABatch, v_obs):
-        """``v(bootstrap_obs) [B, T]`` from the values of ``obs`` already computed: inside an
-        episode ``bootstrap_obs[t] == obs[t + 1]`` (the Trajectory contract), so only the last
-        step's and the truncated steps' observations need the network, the latter only when a
-        sequence has a truncation before its end (rare; a lax.cond skips the pass otherwise).
-        A termination's bootstrap is discarded, whatever it is. This is one forward pass over
-        the batch fewer than evaluating every ``bootstrap_obs``."""
-        value = functools.partial(network.apply, params, method=ActorCritic.value)
-        tail = value(batch.bootstrap_obs[:, -1])  # [B]
-        shifted = jnp.concatenate([v_obs[:, 1:], tail[:, None]], axis=1)
-
-        def with_truncations(_):
-            num_seqs, num_steps = batch.reward.shape
-            every = value(batch.bootstrap_obs.reshape(num_seqs * num_steps, *batch.obs.shape[2:]))
-            return jnp.where(batch.truncated, every.reshape(num_seqs, num_steps), shifted)
-
-        v_t = jax.lax.cond(
-            jnp.any(batch.truncated[:, :-1]), with_truncations, lambda _: shifted, None
-        )
-        return jax.lax.stop_gradient(v_t)
-
     def loss(params, batch: IMPALABatch, key):
         del key
         num_seqs, num_steps = batch.reward.shape
@@ -166,7 +145,16 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         policy, v_tm1 = network.apply(params, flat(batch.obs))
         log_prob, entropy = head.log_prob_and_entropy(policy, flat(batch.action))
         log_prob, entropy, v_tm1 = unflat(log_prob), unflat(entropy), unflat(v_tm1)
-        v_t = bootstrap_values(params, batch, jax.lax.stop_gradient(v_tm1))
+        v_t = jax.lax.stop_gradient(
+            bootstrap_values(
+                functools.partial(network.apply, method=ActorCritic.value),
+                params,
+                jax.lax.stop_gradient(v_tm1),
+                batch.bootstrap_obs,
+                batch.truncated,
+                time_axis=1,
+            )
+        )
         log_rho = log_prob - batch.behaviour_log_prob
         rho = jnp.exp(log_rho)
 

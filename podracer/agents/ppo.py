@@ -3,7 +3,8 @@
 Schulman et al., 2017, https://arxiv.org/abs/1707.06347; defaults and details follow
 Huang et al., 2022, "The 37 implementation details of PPO" (CartPole configuration).
 Advantages are GAE over the whole trajectory (:func:`podracer.core.gae`), with the values of
-``obs`` and of ``bootstrap_obs`` both from the params being learnt (the actors' params may lag
+``obs`` and of ``bootstrap_obs`` (:func:`podracer.core.returns.bootstrap_values`) both from the
+params being learnt (the actors' params may lag
 them: Sebulba), normalised with the statistics of the *whole* batch across devices, so an update
 does not depend on how the batch is split over devices or minibatches.
 """
@@ -11,6 +12,7 @@ does not depend on how the batch is split over devices or minibatches.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -23,7 +25,7 @@ from podracer.agents.policy import ActorCriticFields, learning_rate, make_act, p
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_positive, check_range
 from podracer.core.normalisation import NormalisationFields
-from podracer.core.returns import gae
+from podracer.core.returns import bootstrap_values, gae
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
 
@@ -99,9 +101,16 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
         del agent_state
         num_steps, num_envs = traj.reward.shape
         # Both values from the params being learnt: with the actors' values for v_tm1, GAE
-        # would add sum_k (gamma lambda)^k (V_new - V_old) wherever the actors lag.
-        v_t = values(params, traj.bootstrap_obs)
+        # would add sum_k (gamma lambda)^k (V_new - V_old) wherever the actors lag. The
+        # bootstrap values reuse v_tm1 inside episodes (one pass over the batch, not two).
         v_tm1 = values(params, traj.obs)
+        v_t = bootstrap_values(
+            functools.partial(network.apply, method=ActorCritic.value),
+            params,
+            v_tm1,
+            traj.bootstrap_obs,
+            traj.truncated,
+        )
         advantage = gae(
             traj.reward,
             v_tm1,

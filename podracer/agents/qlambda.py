@@ -21,6 +21,7 @@ import rlax
 from podracer.agents.optim import clipped_adam
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.core.returns import bootstrap_values
 from podracer.networks import ACTIVATIONS, QNetwork
 from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory
 
@@ -104,7 +105,16 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
             return network.apply(params, flat).reshape(num_seqs, num_steps, actions)
 
         q_tm1 = q_values(batch.obs)
-        q_t = jax.lax.stop_gradient(q_values(batch.bootstrap_obs))
+        q_t = jax.lax.stop_gradient(
+            bootstrap_values(
+                network.apply,
+                params,
+                q_tm1,
+                batch.bootstrap_obs,
+                batch.truncated,
+                time_axis=1,
+            )
+        )
         discount_t = config.gamma * (1.0 - batch.terminated.astype(jnp.float32))
         done_t = (batch.terminated | batch.truncated).astype(jnp.float32)
         lambda_t = config.q_lambda * (1.0 - done_t)

@@ -13,6 +13,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from podracer.ops import vary_as
+
 
 def _gae_one_stream(r_t, v_tm1, v_t, terminated_t, truncated_t, gamma, lambda_):
     chex.assert_rank([r_t, v_tm1, v_t, terminated_t, truncated_t], 1)
@@ -195,3 +197,53 @@ def vtrace(
     return jax.vmap(one_stream, in_axes=1, out_axes=1)(
         v_tm1, v_t, r_t, terminated_t, truncated_t, rho_tm1
     )
+
+
+def bootstrap_values(
+    value_fn,
+    params,
+    v_obs: chex.Array,
+    bootstrap_obs: chex.Array,
+    truncated_t: chex.Array,
+    time_axis: int = 0,
+) -> chex.Array:
+    """The values of a trajectory's ``bootstrap_obs`` from those of its ``obs``, ``v_obs``
+    (``[T, B, ...]``, or ``[B, T, ...]`` with ``time_axis=1``), with as few network passes as
+    the trajectory allows.
+
+    Inside an episode ``bootstrap_obs[t] == obs[t + 1]`` (the :class:`~podracer.types.Trajectory`
+    contract), so the bootstrap value of step ``t`` is ``v_obs[t + 1]``, except at the last step
+    (``value_fn`` on ``bootstrap_obs[T - 1]``: ``B`` rows) and at episode ends. A termination's
+    bootstrap is multiplied by a zero discount, so whatever stands there does; a truncation
+    before the last step needs ``value_fn`` of its final observation, and then (rarely, inside
+    a ``lax.cond``) every ``bootstrap_obs`` is evaluated and the truncated steps take theirs.
+    Under ``vmap`` with a batched ``truncated_t`` (vmapped members), the ``lax.cond`` becomes a
+    select and both branches run: one ``B``-row pass more than evaluating every
+    ``bootstrap_obs``, never fewer.
+
+    ``value_fn(params, obs [N, ...]) -> [N, ...]`` gives values or action values; the result has
+    ``v_obs``'s shape. (``params`` goes into the ``lax.cond`` as an operand already marked as
+    varying over the observations' ``shard_map`` axes: a branch that marks it itself trips the
+    conversion of a batched ``cond`` to a select in JAX 0.10.)
+    """
+    num_steps = truncated_t.shape[time_axis]
+    obs_shape = bootstrap_obs.shape[truncated_t.ndim :]
+    last = jnp.take(bootstrap_obs, num_steps - 1, axis=time_axis)  # [B, ...]
+    tail = jnp.expand_dims(value_fn(params, last), time_axis)
+    rest = jax.lax.slice_in_dim(v_obs, 1, num_steps, axis=time_axis)
+    shifted = jnp.concatenate([rest, tail], axis=time_axis)
+
+    def every(params, shifted, bootstrap_obs, truncated_t):
+        flat = bootstrap_obs.reshape(-1, *obs_shape)
+        values = value_fn(params, flat).reshape(v_obs.shape)
+        where = truncated_t.reshape(truncated_t.shape + (1,) * (v_obs.ndim - truncated_t.ndim))
+        return jnp.where(where, values, shifted)
+
+    def none(params, shifted, bootstrap_obs, truncated_t):
+        del params, bootstrap_obs, truncated_t
+        return shifted
+
+    before_last = jax.lax.slice_in_dim(truncated_t, 0, num_steps - 1, axis=time_axis)
+    # Typed as varying as the observations are, so that neither branch marks them itself.
+    operands = (vary_as(params, bootstrap_obs), shifted, bootstrap_obs, truncated_t)
+    return jax.lax.cond(jnp.any(before_last), every, none, *operands)
