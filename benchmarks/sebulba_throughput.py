@@ -2,6 +2,7 @@
 
     python benchmarks/sebulba_throughput.py           # CartPole (MLP PPO), Breakout (IMPALA, PPO)
     python benchmarks/sebulba_throughput.py --configs cartpole --total-steps 200000
+    python benchmarks/sebulba_throughput.py --configs cartpole --inline-dispatch
 
 One JSON line per configuration: ``sps`` (training), the actor and learner time splits,
 ``env_only_sps`` (envpool alone, random actions, same ``num_envs`` / ``batch_size`` /
@@ -34,7 +35,17 @@ def main(argv=None) -> None:
     parser.add_argument("--configs", default="cartpole,breakout,breakout-ppo")
     parser.add_argument("--total-steps", type=int)
     parser.add_argument("--out", help="also append the JSON lines to this file")
+    parser.add_argument(
+        "--inline-dispatch",
+        action="store_true",
+        help="run XLA:CPU computations on the calling thread (jax_cpu_enable_async_dispatch "
+        "off): saves the actor the hand-off to XLA's worker thread at every step",
+    )
     args = parser.parse_args(argv)
+    if args.inline_dispatch:  # read when JAX starts its CPU backend, which it has not yet
+        import jax
+
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     devices = dict(actor_device_ids=(0,), learner_device_ids=(1,))
     runs = {
         "cartpole": (
