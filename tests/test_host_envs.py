@@ -1,5 +1,6 @@
 """The envpool adapter: podracer's TimeStep semantics on top of envpool, in sync and async mode."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -163,6 +164,26 @@ def test_async_cartpole_recv_send_keeps_episode_statistics(make):
         env.send((rng.random(2) < 0.2).astype(np.int32), ids)
     assert np.all(seen >= 10), seen
     assert episodes >= 4
+
+
+def test_direct_envpool_calls_equal_envpool_public_send_and_recv(make):
+    """The adapter calls envpool's ``_send`` / ``_recv`` itself where the layout is the known
+    one; envpool's public ``send`` / ``recv`` (the fallback for other layouts) give the same
+    steps, terminations and resets included."""
+    direct = make("envpool:CartPole-v1", num_envs=4, seed=3)
+    public = make("envpool:CartPole-v1", num_envs=4, seed=3)
+    assert direct._raw is not None
+    public._raw = None
+    a, b = direct.reset(), public.reset()
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(60):
+        actions = (rng.random(4) < 0.3).astype(np.int32)  # mostly 0: episodes end often
+        a, b = direct.step(actions), public.step(actions)
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+            np.testing.assert_array_equal(x, y)
+        ended += int(a.terminated.sum())
+    assert ended >= 4
 
 
 def test_async_recv_without_send_raises_instead_of_blocking(make):

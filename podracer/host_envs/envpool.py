@@ -437,7 +437,7 @@ class EnvpoolEnvironment:
         microseconds, as much as a whole CartPole step of 32 envs), so the arrays go straight
         to envpool's own ``_send`` where their layout is the known one."""
         if self._raw is None:
-            self._pool_send(actions, env_ids)
+            self._pool.send(actions, env_ids)
             return
         actions, env_ids = _writable(actions), _writable(env_ids)  # what _send takes
         self._pool._send([actions if k == "action" else env_ids for k in self._raw.action_keys])
