@@ -16,13 +16,13 @@ rollout, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
+from jsonl import emit
 
 from podracer import envs
 from podracer.agents import PPOConfig, QLambdaConfig
@@ -118,11 +118,7 @@ def main(argv=None) -> None:
     for name, env_id, agent_config, num_envs, rollout_len in runs:
         config = AnakinConfig(num_envs=num_envs, rollout_len=rollout_len)
         total = args.total_steps or max(500_000, 8 * config.steps_per_update)
-        line = json.dumps(bench(name, env_id, agent_config, config, total))
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(bench(name, env_id, agent_config, config, total), args.out)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jsonl import emit
 
 import podracer
 from podracer import agents, envs, host_envs
@@ -409,11 +410,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--only: unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
     for name in names:
-        line = json.dumps(run_one(name, args))
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(run_one(name, args), args.out)
     return 0
 
 

@@ -18,9 +18,10 @@ spread run's params equal the one-device run's bit for bit with ``member_loop="m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+
+from jsonl import emit
 
 from podracer import parallel
 
@@ -92,11 +93,7 @@ def main(argv=None) -> None:
             f"{cores} cores): nothing to spread the seeds over"
         )
     for seeds in args.seeds:
-        line = json.dumps(bench(seeds, args.steps_per_seed, args.repeats))
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(bench(seeds, args.steps_per_seed, args.repeats), args.out)
 
 
 if __name__ == "__main__":

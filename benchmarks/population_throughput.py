@@ -19,11 +19,11 @@ each bitwise a separate run) against the default ``vmap``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import jax
 from anakin_throughput import env_only_sps, peak_memory
+from jsonl import emit
 
 from podracer import agents, anakin, loops
 from podracer.agents import PPOConfig
@@ -91,11 +91,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
     for size in args.sizes:
-        line = json.dumps(bench(size, args.steps_per_member, member_loop=args.member_loop))
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(bench(size, args.steps_per_member, member_loop=args.member_loop), args.out)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from jsonl import emit
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = [  # (name, processes, devices per process)
     ("1-device", 1, 1),
@@ -170,11 +172,7 @@ def main(argv=None) -> None:
             **record,
             "scaling_efficiency": record["sps"] / (record["devices"] * one_device_sps),
         }
-        line = json.dumps(record)
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(record, args.out)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 
 import argparse
-import json
 
+from jsonl import emit
 from sebulba_common import actor_only_sps, bench, env_only_sps
 
 from podracer import agents
@@ -73,11 +73,7 @@ def main(argv=None) -> None:
         if name not in runs:
             raise SystemExit(f"--configs: unknown configuration {name!r}; known: {sorted(runs)}")
         env_id, agent_config, config, total = runs[name]
-        line = json.dumps(bench(name, env_id, agent_config, config, args.total_steps or total))
-        print(line, flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(line + "\n")
+        emit(bench(name, env_id, agent_config, config, args.total_steps or total), args.out)
 
 
 if __name__ == "__main__":

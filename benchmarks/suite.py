@@ -528,44 +528,47 @@ def _bars(ax, labels, series: dict[str, list[float]]) -> None:
     ax.legend(loc="best", fontsize=8)
 
 
-def plot_population(records, out: Path) -> Path:
-    figure, ax = _figure(f"Population (PPO, CartPole): steps per second\n{_subtitle(records)}")
-    rows = [r for r in records if r["group"] == "population"]
+def _bar_plot(records, out: Path, group: str, title: str, missing: str, label, series) -> Path:
+    """One bar chart of the ``group``'s records: a bar group per record (``label(record)``),
+    one bar per ``series`` entry (``{legend: record key}``)."""
+    figure, ax = _figure(f"{title}: steps per second\n{_subtitle(records)}")
+    rows = [r for r in records if r["group"] == group]
     if not rows:
-        _empty(ax, "no population measured")
+        _empty(ax, missing)
     else:
-        labels = [f"{r['population']} members, {r['member_loop']}" for r in rows]
         _bars(
-            ax,
-            labels,
-            {
-                "training, all members": [r["sps"] for r in rows],
-                "training, per member": [r["sps_per_member"] for r in rows],
-                "environments alone": [r["env_only_sps"] for r in rows],
-            },
+            ax, [label(r) for r in rows], {k: [r[key] for r in rows] for k, key in series.items()}
         )
     figure.savefig(out, dpi=120)
     return out
+
+
+def plot_population(records, out: Path) -> Path:
+    return _bar_plot(
+        records,
+        out,
+        "population",
+        "Population (PPO, CartPole)",
+        "no population measured",
+        lambda r: f"{r['population']} members, {r['member_loop']}",
+        {
+            "training, all members": "sps",
+            "training, per member": "sps_per_member",
+            "environments alone": "env_only_sps",
+        },
+    )
 
 
 def plot_sebulba(records, out: Path) -> Path:
-    figure, ax = _figure(f"Sebulba, envpool Breakout-v5: steps per second\n{_subtitle(records)}")
-    rows = [r for r in records if r["group"] == "sebulba"]
-    if not rows:
-        _empty(ax, "no Sebulba configuration measured (envpool missing?)")
-    else:
-        labels = [r["config"].removeprefix("sebulba-") for r in rows]
-        _bars(
-            ax,
-            labels,
-            {
-                "training": [r["sps"] for r in rows],
-                "actor alone": [r["actor_only_sps"] for r in rows],
-                "envpool alone": [r["env_only_sps"] for r in rows],
-            },
-        )
-    figure.savefig(out, dpi=120)
-    return out
+    return _bar_plot(
+        records,
+        out,
+        "sebulba",
+        "Sebulba, envpool Breakout-v5",
+        "no Sebulba configuration measured (envpool missing?)",
+        lambda r: r["config"].removeprefix("sebulba-"),
+        {"training": "sps", "actor alone": "actor_only_sps", "envpool alone": "env_only_sps"},
+    )
 
 
 def write_plots(out: Path) -> list[Path]:
