@@ -42,9 +42,15 @@ POSITIVE = ("num_envs", "rollout_len", "total_steps", "sps", "compile_s", "env_o
 
 
 def load_module():
+    """The script as a module, its folder first on the path as when it runs (it imports its
+    neighbours)."""
     spec = importlib.util.spec_from_file_location("continuous_benchmark", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
     return module
 
 
