@@ -7,6 +7,7 @@ import shutil
 import struct
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -291,6 +292,30 @@ def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
         checkpointer.save(8, state, {"updates": 8}, 60.0)
         assert checkpointer.steps() == [7, 8]  # the best is among the latest
         assert checkpointer.best_step() == 8 and checkpointer.eval_returns() == {8: 60.0}
+
+
+def test_saving_and_restoring_never_collect_tensorstore_metrics(tmp_path, monkeypatch):
+    """Each call of ``tensorstore.experimental_collect_matching_metrics`` keeps about 3 KB for
+    good (TensorStore 0.1.86), and orbax makes them around every array it saves or restores,
+    only to log a throughput line: podracer's checkpoints must not make any (a run that
+    checkpoints every second would grow by megabytes an hour)."""
+    import tensorstore
+
+    calls = []
+    original = tensorstore.experimental_collect_matching_metrics
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tensorstore, "experimental_collect_matching_metrics", counted)
+    state = {"w": jnp.arange(3, dtype=jnp.float32), "b": jnp.ones((2, 2))}  # orbax's jax.Array
+    with Checkpointer(str(tmp_path), keep=2) as checkpointer:  # handler is the one that calls
+        for step in (1, 2, 3):
+            checkpointer.save(step, state, {"updates": step})
+        restored, _ = checkpointer.restore(state, 3)
+    np.testing.assert_array_equal(restored["b"], state["b"])
+    assert calls == []
 
 
 def test_evaluate_the_best_checkpoint(straight_run, capsys):
