@@ -6,26 +6,31 @@
 
 Configurations (``--only``, comma-separated):
 
-- ``pqn-minatar``: Anakin PQN on ``gymnax:Breakout-MinAtar`` (PQN's loop defaults, 32 envs x 64
-  steps), 1e6 steps (5e6 on an accelerator);
+- ``pqn-minatar``: Anakin PQN on ``gymnax:Breakout-MinAtar`` (PQN's defaults: an MLP Q-network,
+  32 envs x 64 steps), 1e6 steps (5e6 on an accelerator);
+- ``pqn-minatar-cnn``: the same with the PQN paper's MinAtar network and settings (the MinAtar
+  CNN with LayerNorm, ``torso="minatar_cnn"``; 128 envs x 32 steps, 2 epochs x 32 minibatches,
+  lr 5e-4, epsilon decayed over the first 10% of the run: ``pqn_minatar.yaml`` of the authors'
+  code), 5e6 steps (1e7, the paper's length, on an accelerator);
 - ``dqn-minatar`` and ``qlambda-minatar``: Anakin DQN (16 envs x 8 steps) and Q(λ) (128 x 16)
   on the same environment with their defaults, about 1e6 steps, for the comparison with PQN;
+  ``dqn-minatar-cnn``: DQN's defaults with the MinAtar CNN;
 - ``dqn-cartpole``: Anakin DQN on ``gymnax:CartPole-v1`` (16 envs x 8 steps), 1e5 steps (5e5 on
   an accelerator);
 - ``sac-pendulum``: Anakin SAC on ``gymnax:Pendulum-v1`` (4 envs x 4 steps, one gradient step per
   environment step), 5e4 steps on an accelerator; on CPU SAC runs at about 250 steps/s, so the
   run is cut to 2.56e4 steps (about 100 s) to keep the sweep within a few minutes;
 - ``pqn-breakout-sebulba`` and ``dqn-breakout-sebulba``: Sebulba PQN and DQN on
-  ``envpool:Breakout-v5`` (4x84x84 uint8 frames), actor and learner on device 0. PQN's and DQN's
-  Q-networks are MLPs only (no ``torso`` field, no convolutional torso, no 1/255 scaling of
-  pixels: the MLP flattens the 28,224 raw pixel values); so these two are throughput smokes, not
-  Atari agents: a single hidden layer of 64 units (LayerNorm for PQN), on CPU 8 envs per actor,
-  about 6e3 steps, and for DQN a 10,000-item buffer (every item holds two frame stacks, 56 KB:
-  540 MiB) and batches of 32. Their returns mean nothing (an untrained DQN may never end an
-  episode: ``final_return`` null). PQN runs 8 envs x 32 steps even with ``--smoke``: with
-  4 x 16 (minibatches of 4 transitions) its Sebulba update took about 8 s on 2 CPU cores against
-  0.2 s for the same ``learner.update`` jitted without ``shard_map`` (measured apart;
-  the slow calls were erratic, some as fast as 0.5 s);
+  ``envpool:Breakout-v5`` (4x84x84 uint8 frames), actor and learner on device 0. On an
+  accelerator their Q-networks take the Nature CNN (``torso="nature_cnn"``); on CPU, where a
+  Nature CNN learner runs at a few hundred steps per second, they are throughput smokes with an
+  MLP over the 28,224 raw pixel values: a single hidden layer of 64 units (LayerNorm for PQN),
+  8 envs per actor, about 6e3 steps, and for DQN a 10,000-item buffer (every item holds two frame
+  stacks, 56 KB: 540 MiB) and batches of 32. Their returns mean nothing (an untrained DQN may
+  never end an episode: ``final_return`` null). PQN runs 8 envs x 32 steps even with
+  ``--smoke``: with 4 x 16 (minibatches of 4 transitions) its Sebulba update took about 8 s on
+  2 CPU cores against 0.2 s for the same ``learner.update`` jitted without ``shard_map``
+  (measured apart; the slow calls were erratic, some as fast as 0.5 s);
 - ``buffer``: the replay buffer alone (:func:`podracer.core.replay.make_buffer`, what the replay
   learner uses), one JSON line per case: uniform (flashbax's item buffer) and prioritised
   (:class:`~podracer.core.replay.PrioritisedBuffer`), for a CartPole-sized item and a
@@ -102,9 +107,18 @@ class Bench(NamedTuple):
     smoke_loop: dict[str, Any]  # loop values over those with --smoke
     smoke_agent: dict[str, Any]  # agent values over agent_values with --smoke
     smoke_total_steps: int
+    accelerator_agent: tuple[tuple[str, Any], ...] = ()  # agent values over those off the CPU
 
 
 ATARI_MLP = {"hidden_sizes": (64,)}
+ATARI_CNN = {"torso": "nature_cnn"}
+MINATAR_CNN = {"torso": "minatar_cnn", "channels_first": False}
+PQN_MINATAR_PAPER = {  # pqn_minatar.yaml of the PQN authors' code (purejaxql)
+    "lr": 5e-4,
+    "num_epochs": 2,
+    "num_minibatches": 32,
+    "epsilon_decay": 0.1,
+}
 
 CONFIGS: dict[str, Bench] = {
     "pqn-minatar": Bench(
@@ -120,6 +134,19 @@ CONFIGS: dict[str, Bench] = {
         smoke_agent={},
         smoke_total_steps=8 * 16 * 4,
     ),
+    "pqn-minatar-cnn": Bench(
+        "pqn",
+        "anakin",
+        "gymnax:Breakout-MinAtar",
+        total_steps=128 * 32 * 1221,  # about 5e6
+        accelerator_total_steps=128 * 32 * 2441,  # about 1e7, the paper's length
+        env_budget=2_000_000,
+        agent_values={**MINATAR_CNN, **PQN_MINATAR_PAPER},
+        cpu_loop={"num_envs": 128, "rollout_len": 32},
+        smoke_loop={"num_envs": 8, "rollout_len": 16},
+        smoke_agent={"num_minibatches": 4},
+        smoke_total_steps=8 * 16 * 4,
+    ),
     "dqn-minatar": Bench(
         "dqn",
         "anakin",
@@ -128,6 +155,19 @@ CONFIGS: dict[str, Bench] = {
         accelerator_total_steps=16 * 8 * 39063,  # about 5e6
         env_budget=2_000_000,
         agent_values={},
+        cpu_loop={},
+        smoke_loop={},
+        smoke_agent={"learning_starts": 256},
+        smoke_total_steps=16 * 8 * 4,
+    ),
+    "dqn-minatar-cnn": Bench(
+        "dqn",
+        "anakin",
+        "gymnax:Breakout-MinAtar",
+        total_steps=16 * 8 * 7813,  # about 1e6
+        accelerator_total_steps=16 * 8 * 39063,  # about 5e6
+        env_budget=2_000_000,
+        agent_values=dict(MINATAR_CNN),
         cpu_loop={},
         smoke_loop={},
         smoke_agent={"learning_starts": 256},
@@ -184,6 +224,7 @@ CONFIGS: dict[str, Bench] = {
         smoke_loop={},  # smaller minibatches (4 items) ran far slower: see the docstring
         smoke_agent={},
         smoke_total_steps=8 * 32 * 2,
+        accelerator_agent=tuple(ATARI_CNN.items()),
     ),
     "dqn-breakout-sebulba": Bench(
         "dqn",
@@ -202,6 +243,7 @@ CONFIGS: dict[str, Bench] = {
         smoke_loop={"envs_per_actor": 4},
         smoke_agent={"buffer_size": 1_000, "learning_starts": 64},
         smoke_total_steps=4 * 8 * 4,
+        accelerator_agent=tuple(ATARI_CNN.items()),
     ),
 }
 
@@ -251,6 +293,8 @@ def configs_for(name: str, args) -> tuple[Bench, dict[str, Any], Any, Any, int]:
     if on_cpu:
         loop_values.update(bench.cpu_loop)
     agent_values = dict(bench.agent_values)
+    if not on_cpu:
+        agent_values.update(bench.accelerator_agent)
     if args.smoke:
         loop_values.update(bench.smoke_loop)
         agent_values.update(bench.smoke_agent)

@@ -2,9 +2,10 @@
 
 Observations of any shape and dtype are flattened and cast to ``f32`` by the MLP torso, so the same
 network takes CartPole vectors, Catch boards and MinAtar images. The convolutional torsos
-(:class:`NatureCNN`, :class:`ImpalaResNet`) take image batches, channel-first ``[B, C, H, W]`` by
-default (envpool's Atari layout: 4 stacked 84 x 84 frames), and scale integer (``uint8``) pixels to
-``[0, 1]`` on the device, so observations travel to the device as bytes.
+(:class:`MinAtarCNN`, :class:`NatureCNN`, :class:`ImpalaResNet`) take image batches,
+channel-first ``[B, C, H, W]`` by default (envpool's Atari layout: 4 stacked 84 x 84 frames; give
+gymnax's ``[H, W, C]`` MinAtar frames ``channels_first=False``), and scale integer (``uint8``)
+pixels to ``[0, 1]`` on the device, so observations travel to the device as bytes.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ class MLP(nn.Module):
         return x
 
 
+def _normalised(x, layer_norm: bool):
+    """``x`` through a LayerNorm over its last axis (features, or channels of an image) when
+    ``layer_norm``; else ``x``."""
+    return nn.LayerNorm()(x) if layer_norm else x
+
+
 def _images(obs, channels_first: bool):
     """``[B, C, H, W]`` (or ``[B, H, W, C]``) of any dtype -> f32 ``[B, H, W, C]``; integer
     pixels are scaled by 1/255, other dtypes only cast."""
@@ -71,6 +78,7 @@ class NatureCNN(nn.Module):
 
     hidden_size: int = 512
     channels_first: bool = True
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs):
@@ -83,9 +91,41 @@ class NatureCNN(nn.Module):
                 padding="VALID",
                 kernel_init=_orthogonal(np.sqrt(2)),
             )(x)
-            x = nn.relu(x)
+            x = nn.relu(_normalised(x, self.layer_norm))
         x = x.reshape(x.shape[0], -1)
-        return nn.relu(nn.Dense(self.hidden_size, kernel_init=_orthogonal(np.sqrt(2)))(x))
+        x = nn.Dense(self.hidden_size, kernel_init=_orthogonal(np.sqrt(2)))(x)
+        return nn.relu(_normalised(x, self.layer_norm))
+
+
+class MinAtarCNN(nn.Module):
+    """The MinAtar torso: ``[B, C, H, W] -> [B, hidden_size]``.
+
+    Conv 16 3x3 stride 1 (valid padding), dense ``hidden_size`` (128), ReLU after each; with
+    ``layer_norm`` a LayerNorm before each ReLU (PQN's MinAtar network). Boolean or integer
+    frames are cast (integers scaled by 1/255); gymnax's MinAtar frames are ``[H, W, C]``, so
+    they take ``channels_first=False``. Its one convolution has stride 1, so its gradient takes
+    :mod:`podracer.ops`' loop-friendly form on XLA:CPU.
+
+    Young and Tian, 2019, "MinAtar", https://arxiv.org/abs/1903.03176.
+    """
+
+    hidden_size: int = 128
+    channels_first: bool = True
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs):
+        x = _images(obs, self.channels_first)
+        x = nn.Conv(
+            16,
+            (3, 3),
+            padding="VALID",
+            kernel_init=_orthogonal(np.sqrt(2)),
+            conv_general_dilated=ops.conv_general_dilated,
+        )(x)
+        x = nn.relu(_normalised(x, self.layer_norm)).reshape(x.shape[0], -1)
+        x = nn.Dense(self.hidden_size, kernel_init=_orthogonal(np.sqrt(2)))(x)
+        return nn.relu(_normalised(x, self.layer_norm))
 
 
 def _conv3x3(channels: int) -> nn.Conv:
@@ -131,8 +171,8 @@ class ImpalaResNet(nn.Module):
         return nn.relu(nn.Dense(self.hidden_size)(x))
 
 
-TORSOS = ("mlp", "nature_cnn", "impala_resnet")
-"""The torso names :class:`ActorCritic` accepts."""
+TORSOS = ("mlp", "minatar_cnn", "nature_cnn", "impala_resnet")
+"""The torso names :func:`make_torso` accepts."""
 
 
 def make_torso(
@@ -140,15 +180,24 @@ def make_torso(
     hidden_sizes: Sequence[int] = (64, 64),
     activation: str = "tanh",
     channels_first: bool = True,
+    layer_norm: bool = False,
 ) -> nn.Module:
     """A torso by name (one of :data:`TORSOS`). ``hidden_sizes`` and ``activation`` are the
     MLP's; the convolutional torsos keep their papers' sizes and ReLUs, and read
-    ``channels_first``."""
+    ``channels_first``. ``layer_norm`` puts a LayerNorm before each activation (the MLP, the
+    MinAtar and the Nature CNN; the IMPALA ResNet has none)."""
     if name == "mlp":
-        return MLP(hidden_sizes, activation)
+        return MLP(hidden_sizes, activation, layer_norm)
+    if name == "minatar_cnn":
+        return MinAtarCNN(channels_first=channels_first, layer_norm=layer_norm)
     if name == "nature_cnn":
-        return NatureCNN(channels_first=channels_first)
+        return NatureCNN(channels_first=channels_first, layer_norm=layer_norm)
     if name == "impala_resnet":
+        if layer_norm:
+            raise ConfigValueError(
+                "torso 'impala_resnet' has no LayerNorm: turn layer_norm off, or choose one of "
+                "mlp, minatar_cnn, nature_cnn"
+            )
         return ImpalaResNet(channels_first=channels_first)
     raise ConfigValueError(f"unknown torso {name!r}: choose one of {', '.join(TORSOS)}")
 
@@ -210,15 +259,27 @@ class ActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """``obs [B, ...] -> q-values [B, A]`` through an MLP torso (LayerNorm after each dense
-    layer with ``layer_norm``, as PQN's network)."""
+    """``obs [B, ...] -> q-values [B, A]``: a torso by name (:func:`make_torso`; the MLP by
+    default, with a LayerNorm before each activation with ``layer_norm``, as PQN's network),
+    then a linear head, or with ``dueling`` a dueling one, ``q = v + a - mean(a)`` (Wang et al.,
+    2016, https://arxiv.org/abs/1511.06581)."""
 
     num_actions: int
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "relu"
     layer_norm: bool = False
+    torso: str = "mlp"
+    channels_first: bool = True
+    dueling: bool = False
 
     @nn.compact
     def __call__(self, obs):
-        x = MLP(self.hidden_sizes, self.activation, self.layer_norm)(obs)
-        return nn.Dense(self.num_actions)(x)
+        torso = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.channels_first, self.layer_norm
+        )
+        x = torso(obs)
+        if not self.dueling:
+            return nn.Dense(self.num_actions)(x)
+        value = nn.Dense(1)(x)
+        advantage = nn.Dense(self.num_actions)(x)
+        return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)

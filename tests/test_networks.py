@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.networks import MLP, ActorCritic, ImpalaResNet, NatureCNN
+from podracer.networks import MLP, ActorCritic, ImpalaResNet, MinAtarCNN, NatureCNN, QNetwork
 
 
 def count(params):
@@ -67,3 +67,67 @@ def test_actor_critic_picks_its_torso_by_name():
     assert set(mlp["params"]["actor_torso"]) == {"Dense_0"}
     with pytest.raises(ValueError, match="unknown torso 'resnet'"):
         ActorCritic(num_actions=3, torso="resnet").init(jax.random.key(0), frames)
+
+
+def _numpy_layer_norm(x, scale, bias, eps=1e-6):
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def test_minatar_cnn_with_layer_norm_equals_numpy():
+    """The MinAtar torso recomputed by hand: a 3x3 valid convolution over [H, W, C] boolean
+    frames, LayerNorm over the channels of each pixel, ReLU, flatten (row-major over H, W, C),
+    dense, LayerNorm, ReLU."""
+    rng = np.random.default_rng(0)
+    frames = rng.random((2, 10, 10, 4)) < 0.3  # gymnax's MinAtar layout, bool
+    net = MinAtarCNN(channels_first=False, layer_norm=True)
+    params = net.init(jax.random.key(0), jnp.asarray(frames))["params"]
+    # Non-trivial LayerNorm affine parameters, so that scale and bias are checked too.
+    params = jax.tree.map(lambda p: p + 0.1 * rng.standard_normal(p.shape), params)
+    out = np.asarray(net.apply({"params": params}, jnp.asarray(frames)))
+
+    p = jax.tree.map(np.asarray, params)
+    x = frames.astype(np.float64)
+    kernel, bias = p["Conv_0"]["kernel"], p["Conv_0"]["bias"]  # [3, 3, 4, 16]
+    conv = np.zeros((2, 8, 8, 16))
+    for i in range(8):
+        for j in range(8):
+            patch = x[:, i : i + 3, j : j + 3, :]
+            conv[:, i, j, :] = np.einsum("bhwc,hwcf->bf", patch, kernel) + bias
+    h = np.maximum(_numpy_layer_norm(conv, p["LayerNorm_0"]["scale"], p["LayerNorm_0"]["bias"]), 0)
+    h = h.reshape(2, -1) @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"]
+    h = np.maximum(_numpy_layer_norm(h, p["LayerNorm_1"]["scale"], p["LayerNorm_1"]["bias"]), 0)
+    assert out.shape == (2, 128)
+    np.testing.assert_allclose(out, h, rtol=1e-4, atol=1e-5)
+    # channels_first takes the same frames as [C, H, W].
+    chw = MinAtarCNN(layer_norm=True).apply({"params": params}, np.transpose(frames, (0, 3, 1, 2)))
+    np.testing.assert_allclose(chw, out, rtol=1e-5, atol=1e-6)
+
+
+def test_q_network_dueling_head_and_torso_by_name():
+    obs = jnp.asarray(np.random.default_rng(1).random((3, 10, 10, 4)) < 0.5)
+    net = QNetwork(5, torso="minatar_cnn", channels_first=False, dueling=True)
+    params = net.init(jax.random.key(0), obs)
+    assert set(params["params"]) == {"MinAtarCNN_0", "Dense_0", "Dense_1"}
+    p = params["params"]
+    features = MinAtarCNN(channels_first=False).apply({"params": p["MinAtarCNN_0"]}, obs)
+    value = features @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"]
+    advantage = features @ p["Dense_1"]["kernel"] + p["Dense_1"]["bias"]
+    expected = value + advantage - advantage.mean(-1, keepdims=True)
+    np.testing.assert_allclose(net.apply(params, obs), expected, rtol=1e-5, atol=1e-6)
+    # The MLP stays the default, with its LayerNorms where asked.
+    mlp = QNetwork(2, hidden_sizes=(8,), layer_norm=True).init(jax.random.key(0), jnp.ones((1, 4)))
+    assert set(mlp["params"]["MLP_0"]) == {"Dense_0", "LayerNorm_0"}
+
+
+def test_q_network_config_fields_are_checked():
+    from podracer.agents import DQNConfig, PQNConfig, QLambdaConfig
+    from podracer.config import ConfigError
+
+    for config_cls in (DQNConfig, PQNConfig, QLambdaConfig):
+        with pytest.raises(ConfigError, match="torso"):
+            config_cls(torso="resnet")
+    with pytest.raises(ConfigError, match=r"layer_norm=True .*impala_resnet"):
+        PQNConfig(torso="impala_resnet")
+    assert PQNConfig(torso="impala_resnet", layer_norm=False).torso == "impala_resnet"

@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from podracer.agents import DQNConfig, build
-from podracer.agents.dqn import DQNNetwork, DQNState
+from podracer.agents.dqn import DQNState
 from podracer.core.replay import (
     NStepItem,
     ReplayBatch,
@@ -23,6 +23,7 @@ from podracer.core.replay import (
     replay_learner,
     stored,
 )
+from podracer.networks import QNetwork
 from podracer.parallel import DATA_AXIS, data_mesh
 from podracer.types import ActorOutput, DiscreteActionSpec, ObservationSpec, Trajectory
 
@@ -111,7 +112,7 @@ def test_prioritised_sampling_follows_the_priorities_and_weights_equal_numpy():
 def test_dqn_double_q_n_step_loss_equals_numpy():
     config = DQNConfig(gamma=0.9, huber_delta=1.0)
     agent, _ = build(config, DiscreteActionSpec(3), 10, OBS)
-    net = DQNNetwork(3, (128, 128), "relu", False)
+    net = QNetwork(3, (128, 128), "relu")
     params = net.init(jax.random.key(0), jnp.zeros((1, 3)))
     target = net.init(jax.random.key(1), jnp.zeros((1, 3)))
     rng = np.random.default_rng(0)

@@ -25,15 +25,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import EpsilonGreedy, epsilon_at, epsilon_greedy_act, select
+from podracer.agents.policy import (
+    EpsilonGreedy,
+    QNetworkFields,
+    epsilon_at,
+    epsilon_greedy_act,
+    select,
+)
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.config import check_positive, check_range
 from podracer.core.replay import (
     NStepItem,
     ReplayBatch,
@@ -41,12 +46,11 @@ from podracer.core.replay import (
     n_step_items,
     replay_learner,
 )
-from podracer.networks import ACTIVATIONS, MLP
 from podracer.types import ActionSpec, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class DQNConfig(ReplayFields):
+class DQNConfig(ReplayFields, QNetworkFields):
     """DQN hyper-parameters and its replay's (defaults: tuned here on CartPole, 1e5 steps:
     lr 1e-3, batch 128, 3-step double-Q targets, a target network copied every 4 updates,
     epsilon 1 -> 0.01 over the first 30% of the run, and a Huber loss whose linear part starts
@@ -77,10 +81,6 @@ class DQNConfig(ReplayFields):
     """Fraction of the run's updates over which the exploration rate decays linearly."""
     max_grad_norm: float = 10.0
     """Global gradient norm clip (0 disables it)."""
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    """Hidden layer sizes of the Q-network's MLP."""
-    activation: str = "relu"
-    """Activation of the MLP: one of tanh, relu, gelu, silu."""
 
     def __post_init__(self):
         check_positive(self, "lr", "n_step", "target_period")
@@ -91,27 +91,8 @@ class DQNConfig(ReplayFields):
         check_range(self, "epsilon_finish", 0.0, 1.0)
         check_range(self, "epsilon_decay", 0.0, 1.0)
         check_range(self, "max_grad_norm", 0.0, None)
-        check_layer_sizes(self, "hidden_sizes")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
+        self.check_network()
         self.check_replay()
-
-
-class DQNNetwork(nn.Module):
-    """``obs [B, ...] -> q [B, A]``: an MLP, then a linear head or a dueling one."""
-
-    num_actions: int
-    hidden_sizes: tuple[int, ...]
-    activation: str
-    dueling: bool
-
-    @nn.compact
-    def __call__(self, obs):
-        x = MLP(self.hidden_sizes, self.activation)(obs)
-        if not self.dueling:
-            return nn.Dense(self.num_actions)(x)
-        value = nn.Dense(1)(x)
-        advantage = nn.Dense(self.num_actions)(x)
-        return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
 
 
 class DQNState(NamedTuple):
@@ -124,7 +105,7 @@ class DQNState(NamedTuple):
 def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates: int = 1):
     """DQN as an :class:`~podracer.types.Agent` (with its replay added by the spec's build)."""
     actions = num_actions(action_spec, "dqn")
-    network = DQNNetwork(actions, tuple(config.hidden_sizes), config.activation, config.dueling)
+    network = config.q_network(actions, dueling=config.dueling)
 
     def init(key, example_obs):
         return network.init(key, example_obs[None])

@@ -1,4 +1,4 @@
-"""Pieces shared by the actor-critic agents: the network's config fields, the policy heads
+"""Pieces shared by the agents: the networks' config fields (actor-critic and Q), the policy heads
 (categorical for discrete actions, diagonal Gaussian for continuous ones), ``act``, and the
 learning-rate schedule."""
 
@@ -16,7 +16,7 @@ import optax
 
 from podracer.agents.spec import num_actions
 from podracer.config import ConfigError, check_choice, check_layer_sizes
-from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic
+from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic, QNetwork
 from podracer.types import ActionSpec, ActorOutput, BoundedActionSpec, DiscreteActionSpec
 
 
@@ -31,9 +31,10 @@ class ActorCriticFields:
     shared_torso: bool = False
     """One torso for actor and critic instead of one each (use it with the image torsos)."""
     torso: str = "mlp"
-    """Torso of the network: one of mlp, nature_cnn, impala_resnet."""
+    """Torso of the network: one of mlp, minatar_cnn, nature_cnn, impala_resnet."""
     channels_first: bool = True
-    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]."""
+    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]
+    (gymnax's MinAtar layout)."""
 
     def check_network(self) -> None:
         """Validates the network fields (call it from ``__post_init__``)."""
@@ -81,6 +82,46 @@ class ActorCriticFields:
             return {**params, "params": inner}
 
         return init
+
+
+@dataclasses.dataclass(frozen=True)
+class QNetworkFields:
+    """The network fields of the value-based agents (DQN, PQN, Q(lambda)): a config inherits
+    them (and may redeclare a default)."""
+
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    """Hidden layer sizes of the Q-network's MLP torso (unused by the convolutional torsos)."""
+    activation: str = "relu"
+    """Activation of the MLP torso: one of tanh, relu, gelu, silu."""
+    torso: str = "mlp"
+    """Torso of the Q-network: one of mlp, minatar_cnn, nature_cnn, impala_resnet."""
+    channels_first: bool = True
+    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]
+    (gymnax's MinAtar layout)."""
+
+    def check_network(self) -> None:
+        """Validates the network fields (call it from ``__post_init__``)."""
+        check_layer_sizes(self, "hidden_sizes")
+        check_choice(self, "activation", tuple(ACTIVATIONS))
+        check_choice(self, "torso", TORSOS)
+        if getattr(self, "layer_norm", False) and self.torso == "impala_resnet":
+            raise ConfigError(
+                f"{type(self).__name__}.layer_norm=True is not allowed with "
+                "torso='impala_resnet', which has no LayerNorm: turn layer_norm off or choose "
+                "one of mlp, minatar_cnn, nature_cnn"
+            )
+
+    def q_network(self, actions: int, *, layer_norm: bool = False, dueling: bool = False):
+        """The :class:`~podracer.networks.QNetwork` these fields describe."""
+        return QNetwork(
+            num_actions=actions,
+            hidden_sizes=tuple(self.hidden_sizes),
+            activation=self.activation,
+            layer_norm=layer_norm,
+            torso=self.torso,
+            channels_first=self.channels_first,
+            dueling=dueling,
+        )
 
 
 def action_size(action_spec: BoundedActionSpec) -> int:

@@ -34,19 +34,19 @@ import rlax
 from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import (
     EpsilonGreedy,
+    QNetworkFields,
     epsilon_at,
     epsilon_greedy_act,
     learning_rate,
     select,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
-from podracer.networks import ACTIVATIONS, QNetwork
+from podracer.config import check_positive, check_range
 from podracer.types import ActionSpec, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class PQNConfig:
+class PQNConfig(QNetworkFields):
     """PQN hyper-parameters (defaults: CleanRL's ``pqn.py`` for CartPole, after the paper:
     32 environments x 64 steps, 4 epochs x 16 minibatches, lr 2.5e-4 annealed, lambda 0.65,
     epsilon 1 -> 0.05 over the first half of the run)."""
@@ -71,12 +71,9 @@ class PQNConfig:
     """Minibatches (of transitions) per pass; must divide the transitions per device."""
     max_grad_norm: float = 10.0
     """Global gradient norm clip (0 disables it)."""
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    """Hidden layer sizes of the Q-network's MLP."""
-    activation: str = "relu"
-    """Activation of the MLP: one of tanh, relu, gelu, silu."""
     layer_norm: bool = True
-    """A LayerNorm after each dense layer (what lets PQN do without a target network)."""
+    """A LayerNorm before each activation of the torso (what lets PQN do without a target
+    network)."""
 
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
@@ -86,8 +83,7 @@ class PQNConfig:
         check_range(self, "epsilon_finish", 0.0, 1.0)
         check_range(self, "epsilon_decay", 0.0, 1.0)
         check_range(self, "max_grad_norm", 0.0, None)
-        check_layer_sizes(self, "hidden_sizes")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
+        self.check_network()
 
 
 class PQNBatch(NamedTuple):
@@ -109,7 +105,7 @@ def lambda_returns(reward, terminated, truncated, q_next_max, gamma, q_lambda):
 def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates: int = 1) -> Agent:
     """PQN as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
     actions = num_actions(action_spec, "pqn")
-    network = QNetwork(actions, tuple(config.hidden_sizes), config.activation, config.layer_norm)
+    network = config.q_network(actions, layer_norm=config.layer_norm)
 
     def init(key, example_obs):
         return network.init(key, example_obs[None])

@@ -1,8 +1,9 @@
 """Q(lambda) with epsilon-greedy acting: the agent of the Podracer paper's Anakin demo on Catch.
 
-An MLP maps observations to q-values; the loss is half the squared Peng's Q(lambda) TD error
-(``rlax.q_lambda``) over each sequence of the trajectory, with the lambda-trace cut at episode
-ends and bootstrapping from ``max_a q(final_obs, a)`` at truncations and at the end of the rollout.
+A Q-network (an MLP by default) maps observations to q-values; the loss is half the squared
+Peng's Q(lambda) TD error (``rlax.q_lambda``) over each sequence of the trajectory, with the
+lambda-trace cut at episode ends and bootstrapping from ``max_a q(final_obs, a)`` at truncations
+and at the end of the rollout.
 Targets use the current parameters with a stop-gradient (no target network), as in the demo.
 
 Hessel et al., 2021, https://arxiv.org/abs/2104.06272; Peng & Williams, 1996.
@@ -19,15 +20,15 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
+from podracer.agents.policy import QNetworkFields
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.config import check_positive, check_range
 from podracer.core.returns import bootstrap_values
-from podracer.networks import ACTIVATIONS, QNetwork
 from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class QLambdaConfig:
+class QLambdaConfig(QNetworkFields):
     """Q(lambda) hyper-parameters (defaults: the Podracer paper's Catch demo)."""
 
     lr: float = 1e-4
@@ -45,9 +46,7 @@ class QLambdaConfig:
     max_grad_norm: float = 0.0
     """Global gradient norm clip (0 disables it)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the MLP torso."""
-    activation: str = "relu"
-    """Activation of the torso: one of tanh, relu, gelu, silu."""
+    """Hidden layer sizes of the Q-network's MLP torso (unused by the convolutional torsos)."""
 
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
@@ -55,8 +54,7 @@ class QLambdaConfig:
         check_range(self, "q_lambda", 0.0, 1.0)
         check_range(self, "epsilon", 0.0, 1.0)
         check_range(self, "max_grad_norm", 0.0, None)
-        check_layer_sizes(self, "hidden_sizes")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
+        self.check_network()
 
 
 class SequenceBatch(NamedTuple):
@@ -73,7 +71,7 @@ class SequenceBatch(NamedTuple):
 def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
     """Q(lambda) as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
     actions = num_actions(action_spec, "qlambda")
-    network = QNetwork(actions, tuple(config.hidden_sizes), config.activation)
+    network = config.q_network(actions)
     eps = config.epsilon
 
     def init(key, example_obs):
