@@ -28,21 +28,32 @@ from podracer.parallel import fetch
 from podracer.rundir import CHECKPOINT_DIR
 
 
-def _skip_raw_byte_metrics() -> None:
-    """Stops orbax asking TensorStore for its raw-bytes metrics around every save and restore.
+def _orbax_without_tensorstore_leaks() -> None:
+    """Keeps orbax from two TensorStore calls that leak on every save (TensorStore 0.1.86, the
+    only release the registry has; ``benchmarks/memory_flat.py``: a run checkpointing twice a
+    second grew 6.7% in 10 minutes, ``docs/design.md``):
 
-    orbax (0.12) calls ``tensorstore.experimental_collect_matching_metrics`` before and after
-    each array save and restore, only to log a raw-throughput line, and each call keeps about
-    3 KB that is never freed (TensorStore 0.1.86: 20,000 calls, +61 MB resident): with a
-    checkpoint every second a 10-minute run grew 6.7% (``benchmarks/memory_flat.py``). With the
-    count reported as 0 orbax skips that log line and nothing else changes. Nothing is replaced
-    when orbax's module or function is not where this version keeps it."""
+    - ``tensorstore.experimental_collect_matching_metrics``, which orbax (0.12) calls before and
+      after each array save and restore only to log a raw-throughput line; each call keeps
+      about 3 KB (20,000 calls: +61 MB). With the count reported as 0 orbax skips that line.
+    - ``tensorstore.KvStore.Spec(spec).to_json()``, which orbax calls for every array it saves,
+      and twice more per save, only to resolve the spec of the checkpoint's local directory,
+      ``{"driver": "file", "path": ...}``; each call keeps about 260 bytes. For that spec the
+      JSON is the spec itself (``tests/test_runs.py`` checks it against TensorStore's), so
+      orbax's module is given a ``tensorstore`` whose ``KvStore.Spec`` answers it without
+      TensorStore; every other spec, and everything else, is TensorStore's own.
+
+    Nothing is replaced when orbax's module or functions are not where this version keeps them.
+    """
     try:
         from orbax.checkpoint._src.serialization import tensorstore_utils
     except ImportError:
         return
     if callable(getattr(tensorstore_utils, "get_tensorstore_raw_bytes", None)):
         tensorstore_utils.get_tensorstore_raw_bytes = _no_raw_bytes
+    real = getattr(tensorstore_utils, "ts", None)
+    if real is not None and hasattr(getattr(real, "KvStore", None), "Spec"):
+        tensorstore_utils.ts = _TensorStore(real)
 
 
 def _no_raw_bytes(direction=None) -> int:
@@ -50,7 +61,59 @@ def _no_raw_bytes(direction=None) -> int:
     return 0
 
 
-_skip_raw_byte_metrics()
+def local_file_spec(spec) -> bool:
+    """``spec`` is TensorStore's plain local-file kvstore spec: ``{"driver": "file", "path": P}``
+    with ``P`` an absolute path (what orbax builds for a checkpoint directory)."""
+    return (
+        isinstance(spec, dict)
+        and set(spec) == {"driver", "path"}
+        and spec["driver"] == "file"
+        and isinstance(spec["path"], str)
+        and os.path.isabs(spec["path"])
+    )
+
+
+class _LocalFileSpec:
+    """``KvStore.Spec(spec)`` of a local-file ``spec``: its ``to_json()`` is the spec, and
+    :meth:`_KvStore.open` opens TensorStore's own spec of it."""
+
+    def __init__(self, spec: dict):
+        self.spec = dict(spec)
+
+    def to_json(self) -> dict:
+        return dict(self.spec)
+
+
+class _KvStore:
+    def __init__(self, real):
+        self._real = real
+
+    def Spec(self, spec, *args, **kwargs):
+        if local_file_spec(spec) and not args and not kwargs:
+            return _LocalFileSpec(spec)
+        return self._real.Spec(spec, *args, **kwargs)
+
+    def open(self, spec, *args, **kwargs):
+        if isinstance(spec, _LocalFileSpec):
+            spec = self._real.Spec(spec.spec)
+        return self._real.open(spec, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _TensorStore:
+    """The ``tensorstore`` module with :class:`_KvStore` as ``KvStore``."""
+
+    def __init__(self, real):
+        self._real = real
+        self.KvStore = _KvStore(real.KvStore)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+_orbax_without_tensorstore_leaks()
 
 
 class CheckpointError(Exception):

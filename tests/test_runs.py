@@ -318,6 +318,27 @@ def test_saving_and_restoring_never_collect_tensorstore_metrics(tmp_path, monkey
     assert calls == []
 
 
+def test_orbax_resolves_a_local_directory_spec_as_tensorstore_does(tmp_path):
+    """orbax's module gets a ``tensorstore`` whose ``KvStore.Spec(spec).to_json()`` answers a
+    plain local-file spec without TensorStore (whose call leaks): the answer must be
+    TensorStore's, and every other spec must still reach TensorStore."""
+    import tensorstore
+    from orbax.checkpoint._src.serialization import tensorstore_utils
+
+    from podracer.checkpoint import local_file_spec
+
+    for path in (str(tmp_path) + "/", "/a/b/c/", "/with space/x/"):
+        spec = {"driver": "file", "path": path}
+        assert local_file_spec(spec)
+        ours = tensorstore_utils.ts.KvStore.Spec(spec).to_json()
+        assert ours == tensorstore.KvStore.Spec(spec).to_json() == spec
+    memory = {"driver": "memory"}
+    assert not local_file_spec(memory) and not local_file_spec({"driver": "file", "path": "x/"})
+    resolved = tensorstore_utils.ts.KvStore.Spec(memory)
+    assert isinstance(resolved, tensorstore.KvStore.Spec)
+    assert resolved.to_json() == tensorstore.KvStore.Spec(memory).to_json()
+
+
 def test_evaluate_the_best_checkpoint(straight_run, capsys):
     run_dir, _ = straight_run
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
