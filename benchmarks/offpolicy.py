@@ -55,7 +55,9 @@ as Anakin scans them, updates x time; envpool stepped on the host for a few seco
 ``envs_per_actor`` environments), ``ratio`` (``sps / env_only_sps``), ``peak_rss_mb`` (the
 process's peak so far, so it only grows along the sweep; on an accelerator also
 ``peak_device_mb``), ``final_return`` (mean return of the episodes that ended in the last 5% of
-the steps; null when none did), and what was run (``env``, ``agent``, ``arch``, sizes, ``jax``,
+the steps, acting as in training: epsilon-greedy for the value-based agents; null when none
+did), ``eval_return`` (Anakin: the final params acting greedily on 32 fresh environments, one
+episode each; null for Sebulba), and what was run (``env``, ``agent``, ``arch``, sizes, ``jax``,
 ``backend``, ``device_kind``). ``buffer`` lines carry ``add_us``, ``sample_us``,
 ``set_priorities_us``, ``compile_s``, ``item_bytes``, ``buffer_mb`` instead.
 
@@ -78,7 +80,7 @@ import jax
 import jax.numpy as jnp
 
 import podracer
-from podracer import agents, envs
+from podracer import agents, anakin, envs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling script, run or imported
 from continuous import (
@@ -248,6 +250,7 @@ CONFIGS: dict[str, Bench] = {
 }
 
 BUFFER = "buffer"
+EVAL_EPISODES = 32
 SMOKE_ENV_BUDGET = {"anakin": 0, "sebulba": 0.5}  # 0: one update's steps
 
 
@@ -327,6 +330,11 @@ def run_one(name: str, args) -> dict[str, Any]:
         num_envs, rollout_len = loop_config.envs_per_actor, loop_config.rollout_len
         seconds = SMOKE_ENV_BUDGET["sebulba"] if args.smoke else bench.env_budget
         env_sps = host_env_only_sps(bench.env_id, num_envs, loop_config.env_threads, seconds)
+    eval_return = None
+    if bench.arch == "anakin":  # the final params, greedy, on fresh environments
+        system = anakin.build(bench.env_id, agent_config, loop_config, total_timesteps=total)
+        evaluate = system.evaluator(seed=0, episodes=EVAL_EPISODES, greedy=True)
+        eval_return = float(evaluate(result.state, s["num_updates"]).mean())
     line = {
         "config": name,
         "env": bench.env_id,
@@ -342,6 +350,7 @@ def run_one(name: str, args) -> dict[str, Any]:
         "env_only_sps": env_sps,
         "ratio": s["sps"] / env_sps,
         "final_return": s["final_return"],
+        "eval_return": eval_return,
     }
     if bench.arch == "sebulba":
         line.update(

@@ -1,6 +1,13 @@
-"""Test set-up: two virtual CPU devices, set before JAX is imported anywhere.
+"""Test set-up: two virtual CPU devices, set before JAX is imported anywhere; one compilation
+cache for the whole test run.
 
 Single-device tests pass ``devices=jax.devices()[:1]``; multi-device tests use both.
+
+The cache: many tests compile the same programs (a run and its resume, the command line's
+runs in several tests, the subprocesses of the multi-process tests), so the controller gives
+the run one fresh JAX persistent compilation cache directory, which the xdist workers and every
+subprocess inherit through ``JAX_COMPILATION_CACHE_DIR``; it is deleted at the end. A program
+loaded from it is the one XLA compiled for the same computation, so the values are unchanged.
 """
 
 import os
@@ -32,11 +39,24 @@ STACKS_DIR = "PODRACER_TEST_STACKS"  # set by the controller, inherited by the x
 _rerun: dict[str, object] = {}  # controller: the reports of tests rerun or whose worker crashed
 
 
-def pytest_configure(config):
-    if not hasattr(config, "workerinput") and STACKS_DIR not in os.environ:
-        import tempfile
+CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"  # read by JAX when it is imported
+_OWN_CACHE = "PODRACER_TEST_OWN_CACHE"  # the controller made the cache directory: delete it
 
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        return
+    import tempfile
+
+    if STACKS_DIR not in os.environ:
         os.environ[STACKS_DIR] = tempfile.mkdtemp(prefix="podracer-test-stacks-")
+    if CACHE_DIR not in os.environ:
+        os.environ[CACHE_DIR] = os.environ[_OWN_CACHE] = tempfile.mkdtemp(
+            prefix="podracer-test-jax-cache-"
+        )
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+        jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_DIR])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
 
 
 def _stacks_file(nodeid: str):
@@ -89,7 +109,12 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_unconfigure(config):
-    if not hasattr(config, "workerinput") and os.environ.get(STACKS_DIR):
-        import shutil
+    if hasattr(config, "workerinput"):
+        return
+    import shutil
 
+    if os.environ.get(STACKS_DIR):
         shutil.rmtree(os.environ.pop(STACKS_DIR), ignore_errors=True)
+    if os.environ.get(_OWN_CACHE):
+        shutil.rmtree(os.environ.pop(_OWN_CACHE), ignore_errors=True)
+        os.environ.pop(CACHE_DIR, None)

@@ -36,6 +36,7 @@ KEYS = (
     "ratio",
     "peak_rss_mb",
     "final_return",
+    "eval_return",
     "jax",
     "backend",
     "device_kind",
@@ -118,6 +119,7 @@ def test_smoke_run_prints_json_lines_and_writes_curves(tmp_path):
             assert positive(line[key]), (line["config"], key, line[key])
         assert math.isclose(line["ratio"], line["sps"] / line["env_only_sps"])
         assert line["arch"] == "anakin"
+        assert isinstance(line["eval_return"], float) and line["eval_return"] >= 0, line
         # The smoke sizes are chosen so that episodes end in the last update.
         assert isinstance(line["final_return"], float), line
         png = Path(line["plot"])

@@ -16,6 +16,8 @@ import jax
 from podracer.config import ConfigError
 
 IMAGE_TORSOS = ("nature_cnn", "impala_resnet")
+"""Torsos whose learner XLA:CPU runs faster in gradient slices. Not the MinAtar CNN: one small
+convolution, and PQN on MinAtar ran 16K steps/s in 32-step slices against 18-19K in one."""
 
 LOOP_FRIENDLY_TORSOS = ("impala_resnet",)
 """Image torsos whose every convolution has stride 1, so that their gradients go through
