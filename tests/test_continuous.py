@@ -181,6 +181,28 @@ def test_discounted_returns_equal_a_numpy_recursion():
     np.testing.assert_allclose(discounted_returns(traj, 0.9), expected, rtol=1e-6)
 
 
+def test_discounted_returns_of_a_constant_reward_inside_shard_map(two_devices):
+    """An environment whose reward is a constant (brax's inverted pendulum) gives rewards that
+    vary over no mesh axis while the episode ends do: the returns still trace inside
+    ``shard_map`` and equal the NumPy recursion on every shard."""
+    mesh = data_mesh(two_devices)
+    terminated = np.random.default_rng(1).random((6, 4)) < 0.3
+
+    def returns(terminated):
+        reward = jnp.ones(terminated.shape, jnp.float32)  # depends on no input
+        traj = Trajectory(None, reward, terminated, jnp.zeros_like(terminated), None, None)
+        return discounted_returns(traj, 0.5)
+
+    spec = P(None, DATA_AXIS)
+    sharded = jax.jit(jax.shard_map(returns, mesh=mesh, in_specs=spec, out_specs=spec))
+    expected = np.zeros((6, 4))
+    g = np.zeros(4)
+    for t in reversed(range(6)):
+        g = 1.0 + 0.5 * np.where(terminated[t], 0.0, g)
+        expected[t] = g
+    np.testing.assert_allclose(sharded(terminated), expected, rtol=1e-6)
+
+
 def random_trajectory(seed, num_steps=8, num_envs=8, obs_dim=3, action_spec=SPEC):
     rng = np.random.default_rng(seed)
     obs = (rng.normal(size=(num_steps + 1, num_envs, obs_dim)) * 5 + 2).astype(np.float32)

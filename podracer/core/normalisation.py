@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer.config import check_range
+from podracer.ops import vary_as
 from podracer.types import Agent, MeanFn, ObservationSpec, Trajectory
 
 EPSILON = 1e-8
@@ -122,9 +123,11 @@ def discounted_returns(traj: Trajectory, gamma: float) -> jax.Array:
         return g, g
 
     done = traj.terminated | traj.truncated
-    _, returns = jax.lax.scan(
-        step, jnp.zeros_like(traj.reward[0]), (traj.reward, done), reverse=True
-    )
+    # The carry varies over every shard_map axis that the rewards or the episode ends vary
+    # over: an environment whose reward is a constant (brax's inverted pendulum) gives
+    # rewards that vary over none.
+    init = vary_as(vary_as(jnp.zeros_like(traj.reward[0]), traj.reward), done)
+    _, returns = jax.lax.scan(step, init, (traj.reward, done), reverse=True)
     return returns
 
 
