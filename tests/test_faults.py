@@ -127,7 +127,13 @@ def raising(what, arch, tmp_path, monkeypatch):
     argv = ["train", "--run-dir", run, *LOOPS[arch], *COMMON]
     argv += ["--env", "faulty:make_env"] if what == "env" else ["--agent", "faulty:SPEC"]
     argv += ["--total-timesteps", str(8 * 16 * 1000), "--checkpoint-interval", "4"]
-    argv += ["--arch.updates-per-call", "4"] if arch == "anakin" else []
+    if arch == "anakin":
+        # Two seeds, one per device: no collective between the devices. With one seed's
+        # environments split over both, the fault can end one device's program while the other
+        # waits in the gradients' all-reduce, which XLA:CPU ends by aborting the process after
+        # its collective timeout (docs/design.md, "Failure modes"): a different fault.
+        argv += ["--arch.updates-per-call", "4", "--arch.num-seeds", "2"]
+        argv += ["--arch.member-shards", "2"]
 
     def arm():
         while not steps_on_disk(run):
