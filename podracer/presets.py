@@ -35,6 +35,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     # Brax's physics in JAX (Anakin).
     "brax": ("brax:*",),
+    # MinAtar's 10x10 frames in JAX (gymnax), [H, W, C] with a channel per object.
+    "minatar": ("gymnax:*-MinAtar",),
     # Continuous classic control: one or two actions, short episodes.
     "classic_continuous": tuple(
         f"{kind}:{task}"

@@ -171,3 +171,27 @@ def test_sebulba_pqn_learns_envpool_cartpole_from_the_command_line(tmp_path):
         str(tmp_path / "run"),
     )
     assert summary["final_return"] >= 400.0, summary
+
+
+def test_minatar_gets_the_papers_network_and_settings_from_the_command_line(tmp_path):
+    """``--env gymnax:*-MinAtar`` applies PQN's minatar preset (the MinAtar CNN over [H, W, C]
+    frames, 128 envs x 32 steps, ...) under the user's flags, and says so."""
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    argv = ["train", "--agent", "pqn", "--env", "gymnax:Breakout-MinAtar", "--run-dir", str(run)]
+    argv += ["--total-timesteps", str(2 * 128 * 32), "--agent.lr", "1e-3", "--quiet"]
+    done = subprocess.run(
+        [sys.executable, "-m", "podracer.cli", *argv, "--no-tensorboard"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "preset 'minatar' for --agent pqn on gymnax:Breakout-MinAtar" in done.stderr
+    config = json.loads((run / "config.json").read_text())
+    agent, arch = config["agent_config"], config["arch_config"]
+    assert agent["torso"] == "minatar_cnn" and agent["channels_first"] is False
+    assert (agent["num_epochs"], agent["num_minibatches"], agent["lr"]) == (2, 32, 1e-3)
+    assert (arch["num_envs"], arch["rollout_len"]) == (128, 32)
+    assert json.loads(done.stdout.strip().splitlines()[-1])["num_updates"] == 2

@@ -179,4 +179,21 @@ SPEC = AgentSpec(
         "q_lambda": Space(0.0, 1.0),
         "epsilon_finish": Space(0.0, 0.5),
     },
+    presets={
+        # The paper's MinAtar network and settings (pqn_minatar.yaml of the authors' code):
+        # the MinAtar CNN with LayerNorm over gymnax's [H, W, C] frames, 128 envs x 32 steps,
+        # 2 epochs x 32 minibatches, lr 5e-4, epsilon decayed over the first 10% of the run.
+        # Breakout-MinAtar: greedy return 65 after 5e6 steps (benchmarks/README.md).
+        "minatar": {
+            "agent": {
+                "torso": "minatar_cnn",
+                "channels_first": False,
+                "lr": 5e-4,
+                "num_epochs": 2,
+                "num_minibatches": 32,
+                "epsilon_decay": 0.1,
+            },
+            "anakin": {"num_envs": 128, "rollout_len": 32},
+        },
+    },
 )
