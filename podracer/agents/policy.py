@@ -21,15 +21,14 @@ from podracer.types import ActionSpec, ActorOutput, BoundedActionSpec, DiscreteA
 
 
 @dataclasses.dataclass(frozen=True)
-class ActorCriticFields:
-    """The network fields of the actor-critic agents (PPO, IMPALA): a config inherits them."""
+class TorsoFields:
+    """The torso fields every agent's network reads (:func:`podracer.networks.make_torso`);
+    :class:`ActorCriticFields` and :class:`QNetworkFields` add their own and their defaults."""
 
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the MLP torso(s) (unused by the convolutional torsos)."""
     activation: str = "tanh"
     """Activation of the MLP torso: one of tanh, relu, gelu, silu."""
-    shared_torso: bool = False
-    """One torso for actor and critic instead of one each (use it with the image torsos)."""
     torso: str = "mlp"
     """Torso of the network: one of mlp, minatar_cnn, nature_cnn, impala_resnet."""
     channels_first: bool = True
@@ -41,7 +40,20 @@ class ActorCriticFields:
         check_layer_sizes(self, "hidden_sizes")
         check_choice(self, "activation", tuple(ACTIVATIONS))
         check_choice(self, "torso", TORSOS)
+        if getattr(self, "layer_norm", False) and self.torso == "impala_resnet":
+            raise ConfigError(
+                f"{type(self).__name__}.layer_norm=True is not allowed with "
+                "torso='impala_resnet', which has no LayerNorm: turn layer_norm off or choose "
+                "one of mlp, minatar_cnn, nature_cnn"
+            )
 
+
+@dataclasses.dataclass(frozen=True)
+class ActorCriticFields(TorsoFields):
+    """The network fields of the actor-critic agents (PPO, IMPALA): a config inherits them."""
+
+    shared_torso: bool = False
+    """One torso for actor and critic instead of one each (use it with the image torsos)."""
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian policy (continuous actions only)."""
     state_dependent_std: bool = False
@@ -85,7 +97,7 @@ class ActorCriticFields:
 
 
 @dataclasses.dataclass(frozen=True)
-class QNetworkFields:
+class QNetworkFields(TorsoFields):
     """The network fields of the value-based agents (DQN, PQN, Q(lambda)): a config inherits
     them (and may redeclare a default)."""
 
@@ -93,23 +105,6 @@ class QNetworkFields:
     """Hidden layer sizes of the Q-network's MLP torso (unused by the convolutional torsos)."""
     activation: str = "relu"
     """Activation of the MLP torso: one of tanh, relu, gelu, silu."""
-    torso: str = "mlp"
-    """Torso of the Q-network: one of mlp, minatar_cnn, nature_cnn, impala_resnet."""
-    channels_first: bool = True
-    """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]
-    (gymnax's MinAtar layout)."""
-
-    def check_network(self) -> None:
-        """Validates the network fields (call it from ``__post_init__``)."""
-        check_layer_sizes(self, "hidden_sizes")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
-        check_choice(self, "torso", TORSOS)
-        if getattr(self, "layer_norm", False) and self.torso == "impala_resnet":
-            raise ConfigError(
-                f"{type(self).__name__}.layer_norm=True is not allowed with "
-                "torso='impala_resnet', which has no LayerNorm: turn layer_norm off or choose "
-                "one of mlp, minatar_cnn, nature_cnn"
-            )
 
     def q_network(self, actions: int, *, layer_norm: bool = False, dueling: bool = False):
         """The :class:`~podracer.networks.QNetwork` these fields describe."""
