@@ -16,7 +16,7 @@ import numpy as np
 
 from podracer import agents, host_envs, loops, sebulba
 from podracer.sebulba import HostCarry, SebulbaConfig, env_factory, host_rollout, rollout_keys
-from podracer.sebulba.system import make_act
+from podracer.sebulba.system import AsyncCollector, Timers, make_act
 
 
 def env_only_sps(env_id: str, config: SebulbaConfig, steps: int) -> float:
@@ -50,8 +50,9 @@ def env_only_sps(env_id: str, config: SebulbaConfig, steps: int) -> float:
 def actor_only_sps(
     env_id: str, agent_config, config: SebulbaConfig, rollouts: int, device=None
 ) -> float:
-    """One actor acting and stepping with frozen params on ``device`` (default: JAX's first;
-    sync mode), no learner."""
+    """One actor acting and stepping with frozen params on ``device`` (default: JAX's first),
+    no learner; async mode (``config.async_batch_size``) through the training run's
+    ``AsyncCollector``."""
     make_env = env_factory(env_id, config, seed=0)
     env = make_env(0)
     agent, _ = agents.build(agent_config, env.action_spec.num_actions, 1)
@@ -59,12 +60,25 @@ def actor_only_sps(
     obs = np.zeros(env.observation_spec.shape, env.observation_spec.dtype)
     params = jax.device_put(agent.init(jax.random.key(0), obs), device)
     act = make_act(agent)
-    carry = HostCarry(env.reset(), ())
-    keys = jax.device_put(rollout_keys(jax.random.key(1), config.rollout_len), device)
-    host_rollout(env, act, params, carry, keys)  # compile
+    if env.is_async:
+        collector = AsyncCollector(env, config.rollout_len, agent.initial_actor_state(env.num_envs))
+        key = jax.device_put(jax.random.key(1), device)
+
+        def rollout():
+            collector.rollout(act, params, key, Timers())
+
+    else:
+        carry = HostCarry(env.reset(), ())
+        keys = jax.device_put(rollout_keys(jax.random.key(1), config.rollout_len), device)
+
+        def rollout():
+            nonlocal carry
+            carry, _, _ = host_rollout(env, act, params, carry, keys)
+
+    rollout()  # compile
     start = time.perf_counter()
     for _ in range(rollouts):
-        carry, _, _ = host_rollout(env, act, params, carry, keys)
+        rollout()
     elapsed = time.perf_counter() - start
     env.close()
     return rollouts * config.rollout_len * config.envs_per_actor / elapsed

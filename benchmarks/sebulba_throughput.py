@@ -1,7 +1,7 @@
 """Sebulba throughput on 2 virtual CPU devices (actor device 0, learner device 1).
 
     python benchmarks/sebulba_throughput.py           # CartPole (MLP PPO), Breakout (IMPALA, PPO)
-    python benchmarks/sebulba_throughput.py --configs cartpole --total-steps 200000
+    python benchmarks/sebulba_throughput.py --configs cartpole,cartpole-async --total-steps 200000
     python benchmarks/sebulba_throughput.py --configs cartpole --inline-dispatch
 
 One JSON line per configuration: ``sps`` (training), the actor and learner time splits,
@@ -32,7 +32,7 @@ __all__ = ["actor_only_sps", "bench", "env_only_sps", "main"]
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default="cartpole,breakout,breakout-ppo")
+    parser.add_argument("--configs", default="cartpole,cartpole-async,breakout,breakout-ppo")
     parser.add_argument("--total-steps", type=int)
     parser.add_argument("--out", help="also append the JSON lines to this file")
     parser.add_argument(
@@ -52,6 +52,12 @@ def main(argv=None) -> None:
             "envpool:CartPole-v1",
             PPOConfig(lr=1e-3),
             SebulbaConfig(envs_per_actor=32, rollout_len=32, **devices),
+            300_000,
+        ),
+        "cartpole-async": (  # envpool's async mode: 32 envs, acting on 16 at a time
+            "envpool:CartPole-v1",
+            PPOConfig(lr=1e-3),
+            SebulbaConfig(envs_per_actor=32, rollout_len=32, async_batch_size=16, **devices),
             300_000,
         ),
     }

@@ -201,6 +201,11 @@ def test_async_recv_without_send_raises_instead_of_blocking(make):
         env.send(np.zeros(2, np.int32), ids_a)  # already sent
     _, ids_c = env.recv()
     assert set(ids_c.tolist()) == set(ids_a.tolist())
+    env.send(np.zeros(2, np.int32), ids_c)  # the very array recv returned
+    with pytest.raises(ValueError, match="env_ids"):
+        env.send(np.zeros(2, np.int32), ids_c)  # already sent, the same array
+    with pytest.raises(ValueError, match="read-only"):
+        ids_b[0] = ids_c[0]  # what recv returned cannot change before it is sent
 
 
 def test_breakout_default_options(make):

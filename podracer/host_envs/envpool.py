@@ -226,28 +226,17 @@ class _PoolOutput(NamedTuple):
         return _PoolOutput(*(None if x is None else x[index] for x in self))
 
 
-class _Rows(NamedTuple):
-    """Finished rows of an async batch, waiting for ``recv``."""
+class _Table(NamedTuple):
+    """Async mode's rows per env id (``[num_envs, ...]``): each env's latest result, written
+    when envpool returns it and read by the ``recv`` that hands it out. An ended episode's step
+    waits here (``final_obs`` its last observation, its reward, flags and statistics) until the
+    env's reset observation arrives and is written over ``obs``."""
 
-    env_id: np.ndarray
     obs: np.ndarray
     reward: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
     final_obs: np.ndarray
-    episode_done: np.ndarray
-    episode_return: np.ndarray
-    episode_length: np.ndarray
-
-
-class _HeldSteps(NamedTuple):
-    """Per env id (``[num_envs, ...]``): the step that ended an episode, held back (async mode)
-    until the env's reset observation arrives."""
-
-    obs: np.ndarray  # the ended episode's last observation: the row's final_obs
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
     episode_done: np.ndarray
     episode_return: np.ndarray
     episode_length: np.ndarray
@@ -358,14 +347,16 @@ class EnvpoolEnvironment:
         self._held = np.zeros(n, bool)  # returned by recv, not yet sent back
         self._first = np.zeros(n, bool)  # next result is the async_reset observation
         self._pending = np.zeros(n, bool)  # ended; next result is its follow-up (reset) call
-        self._ready: list[_Rows] = []
-        self._num_ready = 0
+        self._ready = np.zeros(0, np.int32)  # ids whose row in the table is ready, in order
+        self._last_ids: np.ndarray | None = None  # the ids the last recv returned, until sent
         if self.is_async:
-            self._held_steps = _HeldSteps(
-                obs=np.zeros((n, *self.observation_spec.shape), self.observation_spec.dtype),
+            obs_shape, obs_dtype = (n, *self.observation_spec.shape), self.observation_spec.dtype
+            self._table = _Table(
+                obs=np.zeros(obs_shape, obs_dtype),
                 reward=np.zeros(n, np.float32),
                 terminated=np.zeros(n, bool),
                 truncated=np.zeros(n, bool),
+                final_obs=np.zeros(obs_shape, obs_dtype),
                 episode_done=np.zeros(n, bool),
                 episode_return=np.zeros(n, np.float32),
                 episode_length=np.zeros(n, np.int32),
@@ -453,31 +444,35 @@ class EnvpoolEnvironment:
         """Flags and episode statistics of one envpool step of the envs ``out.env_id``.
 
         Returns ``(terminated, truncated, EpisodeInfo)``, each ``[n]``, and advances the host
-        counters of those envs (their episodes start over where they ended).
+        counters of those envs (their episodes start over where they ended). One gather and one
+        scatter per counter: this runs at every step of every env.
         """
         ids = out.env_id
-        terminated = out.terminated.copy()
+        terminated = out.terminated
         if out.game_over is not None:  # a game over on the time limit's step is terminal
-            terminated |= out.truncated & out.game_over
+            terminated = terminated | (out.truncated & out.game_over)
         truncated = out.truncated & ~terminated
         if self._time_limit is not None:
-            self._elapsed[ids] += 1
-            truncated |= (self._elapsed[ids] >= self._time_limit) & ~terminated
-        ended = terminated | truncated
-        self._elapsed[ids[ended]] = 0
-
-        self._return[ids] += out.score
-        self._length[ids] += 1
+            elapsed = self._elapsed[ids] + 1
+            truncated |= (elapsed >= self._time_limit) & ~terminated
+            elapsed[terminated | truncated] = 0
+            self._elapsed[ids] = elapsed
         # with episodic_life a lost life is terminal for the learner, but the game goes on
-        episode_done = (out.game_over | truncated) if self._episodic_life else ended
+        if self._episodic_life:
+            episode_done = out.game_over | truncated
+        else:
+            episode_done = terminated | truncated
+        returns = self._return[ids] + out.score
+        lengths = self._length[ids] + 1
         info = EpisodeInfo(
             done=episode_done,
-            episode_return=np.where(episode_done, self._return[ids], 0.0).astype(np.float32),
-            episode_length=np.where(episode_done, self._length[ids], 0).astype(np.int32),
+            episode_return=np.where(episode_done, returns, 0.0).astype(np.float32),
+            episode_length=np.where(episode_done, lengths, 0).astype(np.int32),
         )
-        done_ids = ids[episode_done]
-        self._return[done_ids] = 0.0
-        self._length[done_ids] = 0
+        returns[episode_done] = 0.0
+        lengths[episode_done] = 0
+        self._return[ids] = returns
+        self._length[ids] = lengths
         return terminated, truncated, info
 
     def _zero_info(self, n: int) -> EpisodeInfo:
@@ -551,20 +546,22 @@ class EnvpoolEnvironment:
         self._held[:] = False
         self._pending[:] = False
         self._first[:] = True
-        self._ready, self._num_ready = [], 0
+        self._ready = np.zeros(0, np.int32)
+        self._last_ids = None
         self._reset_counters()
 
     def recv(self) -> tuple[TimeStep, np.ndarray]:
         """The next ``batch_size`` environments that are ready (async mode).
 
         Returns ``(TimeStep, env_ids)``: fields ``[batch_size, ...]`` and the i32
-        ``[batch_size]`` ids of the environments of each row; send their next actions with
-        :meth:`send` before the next ``recv``.
+        ``[batch_size]`` ids of the environments of each row (read-only); send their next
+        actions with :meth:`send` before the next ``recv``.
         """
         self._require(True, "recv()")
         if not self._started:
             raise RuntimeError(f"{self.id}: call async_reset() before recv()")
-        while self._num_ready < self.batch_size:
+        b = self.batch_size
+        while len(self._ready) < b:
             if self._in_flight < self._pool_batch_size:
                 raise RuntimeError(
                     f"{self.id}: recv() would wait forever: {self._in_flight} environments are "
@@ -574,117 +571,97 @@ class EnvpoolEnvironment:
             out = self._recv_pool()
             self._in_flight -= len(out.env_id)
             self._absorb(out)
-        rows = _Rows(*(np.concatenate(parts) for parts in zip(*self._ready, strict=True)))
-        b = self.batch_size
-        if self._num_ready > b:
-            self._ready = [_Rows(*(x[b:] for x in rows))]
-            rows = _Rows(*(x[:b] for x in rows))
-        else:
-            self._ready = []
-        self._num_ready -= b
-        self._held[rows.env_id] = True
+        ids, self._ready = self._ready[:b], self._ready[b:]
+        self._held[ids] = True
+        ids.flags.writeable = False  # what send() sees again is what recv() returned
+        self._last_ids = ids
+        t = self._table
         ts = TimeStep(
-            obs=rows.obs,
-            reward=rows.reward,
-            terminated=rows.terminated,
-            truncated=rows.truncated,
-            final_obs=rows.final_obs,
-            info=EpisodeInfo(rows.episode_done, rows.episode_return, rows.episode_length),
+            obs=t.obs[ids],
+            reward=t.reward[ids],
+            terminated=t.terminated[ids],
+            truncated=t.truncated[ids],
+            final_obs=t.final_obs[ids],
+            info=EpisodeInfo(t.episode_done[ids], t.episode_return[ids], t.episode_length[ids]),
         )
-        return ts, rows.env_id
-
-    def _add_ready(self, rows: _Rows) -> None:
-        if len(rows.env_id):
-            self._ready.append(rows)
-            self._num_ready += len(rows.env_id)
+        return ts, ids
 
     def _absorb(self, out: _PoolOutput) -> None:
-        """Sorts one envpool batch into ready rows and held-back episode ends."""
+        """Writes one envpool batch into the table and queues the ids whose rows are ready;
+        an ended episode's step waits there for the env's reset observation."""
         ids = out.env_id
-        first = self._first[ids]
-        follow_up = self._pending[ids]
-        fresh = ~first & ~follow_up
-
-        if first.any():
-            part = out.rows(first)
-            n = len(part.env_id)
-            self._first[part.env_id] = False
-            false = np.zeros(n, bool)
-            info = self._zero_info(n)
-            self._add_ready(
-                _Rows(part.env_id, part.obs, np.zeros(n, np.float32), false, false, part.obs, *info)
-            )
-
-        if follow_up.any():
-            part = out.rows(follow_up)
-            pid = part.env_id
+        first, follow_up = self._first[ids], self._pending[ids]
+        if not (first.any() or follow_up.any()):  # the usual batch: steps of running episodes
+            self._ready = np.concatenate([self._ready, self._absorb_steps(out)])
+            return
+        t = self._table
+        ready = []
+        if first.any():  # the async_reset observations: reward 0, no flags
+            fid = ids[first]
+            self._first[fid] = False
+            t.obs[fid] = t.final_obs[fid] = out.obs[first]
+            for x in (t.reward, t.terminated, t.truncated, t.episode_done):
+                x[fid] = 0
+            t.episode_return[fid] = 0.0
+            t.episode_length[fid] = 0
+            ready.append(fid)
+        if follow_up.any():  # reset observations after an ended step that waits in the table
+            pid = ids[follow_up]
             self._pending[pid] = False
-            held = _HeldSteps(*(x[pid] for x in self._held_steps))
-            self._add_ready(
-                _Rows(
-                    pid,
-                    part.obs,
-                    held.reward,
-                    held.terminated,
-                    held.truncated,
-                    held.obs,
-                    held.episode_done,
-                    held.episode_return,
-                    held.episode_length,
-                )
-            )
-
+            t.obs[pid] = out.obs[follow_up]
+            ready.append(pid)
+        fresh = ~(first | follow_up)
         if fresh.any():
-            part = out.rows(fresh)
-            terminated, truncated, info = self._account(part)
-            ended = terminated | truncated
-            going = ~ended
-            self._add_ready(
-                _Rows(
-                    part.env_id[going],
-                    part.obs[going],
-                    part.reward[going],
-                    terminated[going],
-                    truncated[going],
-                    part.obs[going],
-                    *(x[going] for x in info),
-                )
-            )
-            if ended.any():
-                eid = part.env_id[ended]
-                held = self._held_steps
-                held.obs[eid] = part.obs[ended]
-                held.reward[eid] = part.reward[ended]
-                held.terminated[eid] = terminated[ended]
-                held.truncated[eid] = truncated[ended]
-                held.episode_done[eid] = info.done[ended]
-                held.episode_return[eid] = info.episode_return[ended]
-                held.episode_length[eid] = info.episode_length[ended]
-                self._pending[eid] = True
-                self._send_follow_up(eid)
-                self._in_flight += len(eid)
+            ready.append(self._absorb_steps(out.rows(fresh)))
+        self._ready = np.concatenate([self._ready, *ready])
+
+    def _absorb_steps(self, out: _PoolOutput) -> np.ndarray:
+        """Steps of running episodes into the table; returns the ids that are ready (the
+        others ended: their follow-up call starts now)."""
+        ids = out.env_id
+        terminated, truncated, info = self._account(out)
+        t = self._table
+        t.obs[ids] = t.final_obs[ids] = out.obs
+        t.reward[ids] = out.reward
+        t.terminated[ids] = terminated
+        t.truncated[ids] = truncated
+        t.episode_done[ids] = info.done
+        t.episode_return[ids] = info.episode_return
+        t.episode_length[ids] = info.episode_length
+        ended = terminated | truncated
+        if not ended.any():
+            return ids
+        eid = ids[ended]
+        self._pending[eid] = True
+        self._send_follow_up(eid)
+        self._in_flight += len(eid)
+        return ids[~ended]
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         """Sends ``actions`` (int ``[n]``, or float ``[n, *action_spec.shape]`` for continuous
         actions) to the environments ``env_ids`` (``[n]``, from :meth:`recv`), async mode."""
         self._require(True, "send()")
-        env_ids = np.asarray(env_ids)
-        if (
-            env_ids.ndim != 1
-            or env_ids.dtype.kind not in "iu"
-            or len(np.unique(env_ids)) != len(env_ids)
-            or not np.all(self._held[np.clip(env_ids, 0, self.num_envs - 1)])
-            or np.any((env_ids < 0) | (env_ids >= self.num_envs))
-        ):
-            raise ValueError(
-                f"{self.id}: send to env_ids={env_ids} is not allowed: give distinct ids that "
-                f"the last recv() returned and that have not been sent yet "
-                f"(waiting: {np.flatnonzero(self._held)})"
-            )
+        if env_ids is self._last_ids:  # the ids of the last recv, all of them, unchanged
+            self._last_ids = None
+        else:
+            self._last_ids = None
+            env_ids = np.asarray(env_ids)
+            if (
+                env_ids.ndim != 1
+                or env_ids.dtype.kind not in "iu"
+                or len(np.unique(env_ids)) != len(env_ids)
+                or not np.all(self._held[np.clip(env_ids, 0, self.num_envs - 1)])
+                or np.any((env_ids < 0) | (env_ids >= self.num_envs))
+            ):
+                raise ValueError(
+                    f"{self.id}: send to env_ids={env_ids} is not allowed: give distinct ids "
+                    "that the last recv() returned and that have not been sent yet "
+                    f"(waiting: {np.flatnonzero(self._held)})"
+                )
         actions = self._check_actions(actions, len(env_ids))
         if not len(env_ids):
             return
-        env_ids = env_ids.astype(np.int32)
+        env_ids = env_ids.astype(np.int32, copy=False)
         self._pool_send(actions, env_ids)
         self._held[env_ids] = False
         self._in_flight += len(env_ids)
