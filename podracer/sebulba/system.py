@@ -227,30 +227,51 @@ class AsyncCollector:
             episode_length=like(ts.reward, np.int64),
         )
 
+    def _write(self, acted: list, results: list) -> None:
+        """Writes a rollout's batches into the buffers: one scatter per field for all of them
+        (``acted``: ``(ids, rows, {field: [b, ...]})`` of the acting half; ``results``: the same
+        of the environment's half)."""
+        for log in (acted, results):
+            if not log:
+                continue
+            ids = np.concatenate([entry[0] for entry in log])
+            rows = np.concatenate([entry[1] for entry in log])
+            self._grow(int(rows.max()))
+            fields = [entry[2] for entry in log]
+            for name in fields[0]:
+                parts = [f[name] for f in fields]
+                leaves = [jax.tree.leaves(part) for part in parts]
+                for i, buf in enumerate(jax.tree.leaves(self.buffers[name])):
+                    buf[rows, ids] = np.concatenate([leaf[i] for leaf in leaves])
+
     def rollout(self, act, params, key, timers: Timers):
-        T, buf = self.rollout_len, self.buffers
+        T = self.rollout_len
         block_start = self.calls  # the keys of calls block_start .. block_start + key_block - 1
         keys = async_keys(key, block_start, self.key_block)
-        while buf is None or self.count.min() < T:
+        stateful = bool(jax.tree.leaves(self.actor_state))
+        acted, results = [], []  # written into the buffers once, when the rollout is complete
+        while self.buffers is None or self.count.min() < T:
             start = time.perf_counter()
             ts, env_ids = self.env.recv()
             start = timers.add("env_step", start)
-            if buf is not None:  # the results of the envs that acted complete their rows
-                back = self.acting[env_ids]
-                ids, rows = env_ids[back], self.count[env_ids[back]]
-                buf["reward"][rows, ids] = ts.reward[back]
-                buf["terminated"][rows, ids] = ts.terminated[back]
-                buf["truncated"][rows, ids] = ts.truncated[back]
-                buf["bootstrap_obs"][rows, ids] = ts.final_obs[back]
-                if ts.info is not None:
-                    done = np.asarray(ts.info.done)[back]
-                    buf["episode_done"][rows, ids] = done
-                    buf["episode_return"][rows, ids] = np.where(
-                        done, ts.info.episode_return[back], 0.0
+            back = self.acting[env_ids]  # these envs' results complete their rows
+            if back.any():
+                ids = env_ids if back.all() else env_ids[back]
+                part = ts if ids is env_ids else jax.tree.map(lambda x, b=back: x[b], ts)
+                fields = dict(
+                    reward=part.reward,
+                    terminated=part.terminated,
+                    truncated=part.truncated,
+                    bootstrap_obs=part.final_obs,
+                )
+                if part.info is not None:
+                    done = np.asarray(part.info.done)
+                    fields.update(
+                        episode_done=done,
+                        episode_return=np.where(done, part.info.episode_return, 0.0),
+                        episode_length=np.where(done, part.info.episode_length, 0),
                     )
-                    buf["episode_length"][rows, ids] = np.where(
-                        done, ts.info.episode_length[back], 0
-                    )
+                results.append((ids, self.count[ids], fields))
                 self.count[ids] += 1
             if self.calls - block_start == self.key_block:  # a longer rollout than expected
                 block_start = self.calls
@@ -259,31 +280,26 @@ class AsyncCollector:
             # runs beside the params
             step = act(params, states, ts.obs, ts.done, keys, self.calls - block_start)
             # np.asarray per leaf: ~1 us each where jax.device_get costs ~10 (the rows are
-            # copied into the buffers below, so read-only views are enough)
+            # copied into the buffers when the rollout is complete, so read-only views do)
             used, states, out = jax.tree.map(np.asarray, step)
             self.calls += 1
             start = timers.add("inference", start)
             self.env.send(out.action, env_ids)
             timers.add("env_step", start)
 
-            if buf is None:
+            if self.buffers is None:
                 self._make_buffers(ts, out, used)
-                buf = self.buffers
-            self._grow(int(self.count[env_ids].max()))
-            buf = self.buffers
-            rows = self.count[env_ids]
-            buf["obs"][rows, env_ids] = ts.obs
-            for b, x in zip(jax.tree.leaves(buf["behaviour"]), jax.tree.leaves(out), strict=True):
-                b[rows, env_ids] = x
-            for b, x in zip(
-                jax.tree.leaves(buf["actor_state"]), jax.tree.leaves(used), strict=True
-            ):
-                b[rows, env_ids] = x
-            for s, x in zip(
-                jax.tree.leaves(self.actor_state), jax.tree.leaves(states), strict=True
-            ):
-                s[env_ids] = x
+            acted.append(
+                (env_ids, self.count[env_ids], dict(obs=ts.obs, behaviour=out, actor_state=used))
+            )
+            if stateful:
+                for s, x in zip(
+                    jax.tree.leaves(self.actor_state), jax.tree.leaves(states), strict=True
+                ):
+                    s[env_ids] = x
             self.acting[env_ids] = True
+        self._write(acted, results)
+        buf = self.buffers
 
         first = jax.tree.map(lambda x: x[:T].copy(), buf)
         # the rows after the first T (and the row in progress) move to the front
