@@ -458,10 +458,8 @@ class EnvpoolEnvironment:
             elapsed[terminated | truncated] = 0
             self._elapsed[ids] = elapsed
         # with episodic_life a lost life is terminal for the learner, but the game goes on
-        if self._episodic_life:
-            episode_done = out.game_over | truncated
-        else:
-            episode_done = terminated | truncated
+        ended = terminated | truncated
+        episode_done = (out.game_over | truncated) if self._episodic_life else ended
         returns = self._return[ids] + out.score
         lengths = self._length[ids] + 1
         info = EpisodeInfo(
