@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from podracer import agents, host_envs, loops, sebulba
+from podracer import agents, host_envs, loops, ops, sebulba
 from podracer.sebulba import HostCarry, SebulbaConfig, env_factory, host_rollout, rollout_keys
 from podracer.sebulba.system import AsyncCollector, Timers, make_act
 
@@ -75,7 +75,8 @@ def actor_only_sps(
             nonlocal carry
             carry, _, _ = host_rollout(env, act, params, carry, keys)
 
-    rollout()  # compile
+    with ops.unrolled_threefry():  # compiles the step as the training run does
+        rollout()
     start = time.perf_counter()
     for _ in range(rollouts):
         rollout()

@@ -26,11 +26,17 @@ One limit: the CPU path is a ``jax.custom_vjp``, so forward-mode differentiation
 ``jax.jacfwd``, ``jax.hessian``) through it raises; reverse mode, including gradients of
 gradients, works. Set ``podracer.ops.conv_general_dilated = jax.lax.conv_general_dilated``
 before building a network to use JAX's convolution everywhere.
+
+:func:`unrolled_threefry` compiles programs with JAX's threefry hash unrolled on the CPU too (see
+there): the same random bits, fewer XLA:CPU thunks per call for the small per-step programs of a
+host actor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -170,3 +176,63 @@ def conv_general_dilated(
     # kernel's gradient is summed over the split, as with lax's convolution).
     axes = varying_axes(lhs) | varying_axes(rhs)
     return _stride1_conv(_vary_over(lhs, axes), _vary_over(rhs, axes), padding)
+
+
+_threefry_lock = threading.Lock()
+_threefry_users = 0
+_threefry_saved: list = []
+
+
+def _cpu_threefry_rules():
+    """``(rules, primitive, unrolled rule)`` from JAX's internals, or None where this JAX
+    release lays them out differently (then :func:`unrolled_threefry` changes nothing)."""
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.random import threefry2x32
+
+        rules = mlir._platform_specific_lowerings["cpu"]
+        primitive = threefry2x32.threefry2x32_p
+        unrolled = mlir.LoweringRuleEntry(threefry2x32._threefry2x32_lowering_rule, True)
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return None
+    if primitive not in rules:
+        return None
+    return rules, primitive, unrolled
+
+
+@contextlib.contextmanager
+def unrolled_threefry():
+    """Programs lowered inside this context hash random bits with JAX's threefry unrolled on
+    the CPU, as JAX lowers it for GPUs and TPUs: the same bits, other XLA code.
+
+    On the CPU JAX lowers the threefry hash as a rolled loop of 5 iterations (smaller programs,
+    faster compiles), and XLA:CPU runs each iteration as several thunks. A host actor's step
+    (a few small matmuls and one categorical sample, dispatched at every environment step) then
+    spends more time in that loop than in the network: Sebulba's PPO step for 32 CartPole envs
+    takes ~160 us rolled and ~90 us unrolled on a 2-core CPU (``benchmarks/README.md``). Whole
+    training programs are not lowered this way: an Anakin PPO update got slower unrolled.
+
+    Only lowering reads the rule: enter the context where a program compiles (its first call,
+    or ``.lower().compile()``); calls from the compile cache run what was compiled. The
+    context is thread-safe and re-entrant; another thread compiling meanwhile also gets the
+    unrolled hash (the same bits). Where JAX's internals are laid out differently the context
+    does nothing.
+    """
+    global _threefry_users
+    found = _cpu_threefry_rules()
+    if found is None:
+        yield
+        return
+    rules, primitive, unrolled = found
+    with _threefry_lock:
+        if _threefry_users == 0:
+            _threefry_saved.append(rules[primitive])
+            rules[primitive] = unrolled
+        _threefry_users += 1
+    try:
+        yield
+    finally:
+        with _threefry_lock:
+            _threefry_users -= 1
+            if _threefry_users == 0:
+                rules[primitive] = _threefry_saved.pop()

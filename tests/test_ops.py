@@ -1,4 +1,5 @@
-"""podracer.ops: the loop-friendly CPU gradient of stride-1 convolutions equals JAX's own."""
+"""podracer.ops: the loop-friendly CPU gradient of stride-1 convolutions equals JAX's own; the
+unrolled threefry hash gives the same bits as the rolled one."""
 
 import jax
 import jax.numpy as jnp
@@ -132,3 +133,38 @@ def test_gradient_inside_shard_map_equals_jax_conv(split):
 
     for g, r in zip(grads(ops.conv_general_dilated), grads(lax.conv_general_dilated), strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+def _random_draws(key):
+    """Every way the agents draw: split, fold_in, categorical, normal, uniform, permutation."""
+    a, b = jax.random.split(jax.random.fold_in(key, 7))
+    logits = jnp.linspace(-2.0, 2.0, 5 * 3).reshape(5, 3)
+    return (
+        jax.random.categorical(a, logits),
+        jax.random.normal(b, (4, 2)),
+        jax.random.uniform(jax.random.fold_in(b, 3), (6,)),
+        jax.random.permutation(a, 10),
+        jax.random.key_data(jax.random.split(b, 3)),
+    )
+
+
+def _compiled(fn, key):
+    return jax.jit(lambda k: fn(k)).lower(key).compile()  # a fresh jit: nothing cached
+
+
+def test_unrolled_threefry_gives_the_same_bits_without_the_rolled_loop():
+    key = jax.random.key(42)
+    rolled = _compiled(_random_draws, key)
+    with ops.unrolled_threefry():
+        unrolled = _compiled(_random_draws, key)
+        with ops.unrolled_threefry():  # re-entrant
+            nested = _compiled(_random_draws, key)
+        assert "while" not in _compiled(_random_draws, key).as_text()  # still inside
+    after = _compiled(_random_draws, key)
+    assert "while" in rolled.as_text() and "while" in after.as_text()  # JAX's CPU lowering
+    assert "while" not in unrolled.as_text() and "while" not in nested.as_text()
+    for k in (key, jax.random.key(0), jax.random.key(2**31 - 1)):
+        expected = jax.tree.leaves(rolled(k))
+        for program in (unrolled, nested, after):
+            for x, y in zip(expected, jax.tree.leaves(program(k)), strict=True):
+                np.testing.assert_array_equal(x, y)

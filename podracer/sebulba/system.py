@@ -35,7 +35,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from podracer import seeding
+from podracer import ops, seeding
 from podracer.config import ConfigValueError
 from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
@@ -470,6 +470,8 @@ def run(
     update = update.lower(state, (traj_shape,) * config.num_actors).compile()
     # The actors' own call signature: params and keys on the device, the observations as NumPy
     # and the step index as a Python int (another signature would compile again in the thread).
+    # The actors' step compiles here with the threefry hash unrolled: the same bits, and on a
+    # CPU about half the time per call (ops.unrolled_threefry).
     acting_envs = config.async_batch_size or config.envs_per_actor
     acting_obs = batch_obs[:acting_envs]
     acting_done = np.zeros(acting_envs, bool)
@@ -483,9 +485,11 @@ def run(
             actor_state = jax.device_put(initial_actor_state, device)
         params = jax.tree.map(local_copy, acting(state.params, state.agent_state))
         params, keys = jax.device_put((params, keys), device)
-        _, actor_state, _ = act(params, actor_state, acting_obs, acting_done, keys, 0)
-        if not config.async_batch_size:  # the signature of every later step
-            used, _, out = act(params, actor_state, acting_obs, acting_done, keys, 0)
+        with ops.unrolled_threefry():
+            _, actor_state, _ = act(params, actor_state, acting_obs, acting_done, keys, 0)
+            if not config.async_batch_size:  # the signature of every later step
+                used, _, out = act(params, actor_state, acting_obs, acting_done, keys, 0)
+        if not config.async_batch_size:
             outputs = [(out, used)] * config.rollout_len
             jax.block_until_ready(_stack_on_device(outputs))  # host_rollout's end
     compile_s = time.perf_counter() - t0
