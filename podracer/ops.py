@@ -192,10 +192,10 @@ def _cpu_threefry_rules():
 
         rules = mlir._platform_specific_lowerings["cpu"]
         primitive = threefry2x32.threefry2x32_p
-        unrolled = mlir.LoweringRuleEntry(threefry2x32._threefry2x32_lowering_rule, True)
-    except (ImportError, AttributeError, KeyError, TypeError):
+        unrolled = mlir._lowerings[primitive]  # JAX's rule where no platform has its own
+    except (ImportError, AttributeError, KeyError):
         return None
-    if primitive not in rules:
+    if primitive not in rules or not isinstance(unrolled, mlir.LoweringRuleEntry):
         return None
     return rules, primitive, unrolled
 
