@@ -58,10 +58,15 @@ from podracer.types import Agent, LearnerState, TimeStep, Trajectory
 JOIN_TIMEOUT_S = 10.0
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def rollout_keys(key: jax.Array, rollout_len: int) -> jax.Array:
     """The acting keys of one rollout ``[T]``: the schedule of
-    :func:`podracer.core.rollout.make_rollout` (split per step, first half to ``act``)."""
+    :func:`podracer.core.rollout.make_rollout` (split per step, first half to ``act``). One
+    dispatch (op by op, the splits cost a millisecond or more per rollout)."""
     return jax.vmap(lambda k: jax.random.split(k)[0])(jax.random.split(key, rollout_len))
+
+
+_fold_in = jax.jit(jax.random.fold_in)  # one dispatch per rollout, not several
 
 
 class RolloutStats(NamedTuple):
@@ -520,7 +525,7 @@ def run(
                 copies, version = slot.get(wanted)
                 params = copies[device]
                 timers.add("params_fetch", start)
-                rollout_key = jax.random.fold_in(key, rollout)
+                rollout_key = _fold_in(key, rollout)
                 if env.is_async:
                     traj, stats = collector.rollout(act, params, rollout_key, timers)
                 else:
