@@ -112,14 +112,19 @@ def evaluate_host(
             f"(batch_size={env.batch_size} < num_envs={env.num_envs}); use a sync one"
         )
 
-    policy = jax.jit(_policy(agent, greedy))
+    act = _policy(agent, greedy)
+
+    @jax.jit  # the step's key folded in the same dispatch (op by op, it cost as much as acting)
+    def policy(params, actor_state, obs, key, t):
+        return act(params, actor_state, obs, jax.random.fold_in(key, t))
+
     initial = agent.initial_actor_state(env.num_envs)
     actor_state = initial
     timestep = env.reset()
     finished = np.zeros(env.num_envs, bool)
     returns = np.zeros(env.num_envs, np.float64)
     for t in range(max_steps):
-        actor_state, action = policy(params, actor_state, timestep.obs, jax.random.fold_in(key, t))
+        actor_state, action = policy(params, actor_state, timestep.obs, key, t)
         timestep = env.step(np.asarray(action))
         actor_state = reset_actor_state(initial, actor_state, np.asarray(timestep.done))
         returns += np.where(finished, 0.0, timestep.reward)
