@@ -64,7 +64,8 @@ later. After :meth:`~EnvpoolEnvironment.async_reset` each env's first row is its
 (reward 0, no flags). envpool returns results ``min(batch_size, num_envs - batch_size + 1)`` at a
 time, so the held-back envs never leave ``recv`` waiting forever, as long as the ids of every
 ``recv`` are sent back before the next one (what a Sebulba actor does); otherwise ``recv`` raises
-instead of blocking.
+instead of blocking. The ids ``recv`` returns are a read-only array; ``send`` checks other ids
+(distinct, returned by the last ``recv``, not sent yet) and skips the checks for that very array.
 
 **Atari options** (``-v5`` tasks; envpool's defaults, ``AtariOptions``): ``frame_stack=4``
 (envpool's ``stack_num``), ``img_height=img_width=84``, ``episodic_life=False``,
