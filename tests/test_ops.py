@@ -159,12 +159,15 @@ def test_unrolled_threefry_gives_the_same_bits_without_the_rolled_loop():
         unrolled = _compiled(_random_draws, key)
         with ops.unrolled_threefry():  # re-entrant
             nested = _compiled(_random_draws, key)
-        assert "while" not in _compiled(_random_draws, key).as_text()  # still inside
+        inside = _compiled(_random_draws, key)  # after the nested context ended
+    assert ("while" in inside.as_text()) == ("while" in unrolled.as_text())
     after = _compiled(_random_draws, key)
-    assert "while" in rolled.as_text() and "while" in after.as_text()  # JAX's CPU lowering
-    assert "while" not in unrolled.as_text() and "while" not in nested.as_text()
     for k in (key, jax.random.key(0), jax.random.key(2**31 - 1)):
         expected = jax.tree.leaves(rolled(k))
         for program in (unrolled, nested, after):
             for x, y in zip(expected, jax.tree.leaves(program(k)), strict=True):
                 np.testing.assert_array_equal(x, y)
+    if ops._cpu_threefry_rules() is None:
+        pytest.skip("this JAX lays its threefry lowering out differently: the context is a no-op")
+    assert "while" in rolled.as_text() and "while" in after.as_text()  # JAX's CPU lowering
+    assert "while" not in unrolled.as_text() and "while" not in nested.as_text()
