@@ -21,7 +21,11 @@ class SebulbaConfig(LearnerLayoutFields):
     envs_per_actor: int = 8
     """Environments each actor steps (split over the learner devices: a multiple of their count)."""
     async_batch_size: int = 0
-    """envpool async mode: environments per recv (0: sync mode, every env each step)."""
+    """envpool async mode: environments per recv (0: sync mode, every env each step). The actor
+    acts on this many while envpool steps the others: that pays where the network runs on an
+    accelerator and environment steps are costly. On a CPU with cheap environments (CartPole),
+    async mode acting on B of 2B envs runs about as fast as sync mode with B envs, and slower
+    than sync mode with 2B (``benchmarks/README.md``)."""
     rollout_len: int = 32
     """Steps per environment in each trajectory."""
     queue_size: int = 2
