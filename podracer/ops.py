@@ -179,8 +179,8 @@ def conv_general_dilated(
 
 
 _threefry_lock = threading.Lock()
-_threefry_users = 0
-_threefry_saved: list = []
+_threefry_users = 0  # contexts open; JAX's CPU rule is swapped out while there are any
+_threefry_saved = None  # JAX's CPU rule, while swapped out
 
 
 def _cpu_threefry_rules():
@@ -218,7 +218,7 @@ def unrolled_threefry():
     unrolled hash (the same bits). Where JAX's internals are laid out differently the context
     does nothing.
     """
-    global _threefry_users
+    global _threefry_users, _threefry_saved
     found = _cpu_threefry_rules()
     if found is None:
         yield
@@ -226,8 +226,7 @@ def unrolled_threefry():
     rules, primitive, unrolled = found
     with _threefry_lock:
         if _threefry_users == 0:
-            _threefry_saved.append(rules[primitive])
-            rules[primitive] = unrolled
+            _threefry_saved, rules[primitive] = rules[primitive], unrolled
         _threefry_users += 1
     try:
         yield
@@ -235,4 +234,4 @@ def unrolled_threefry():
         with _threefry_lock:
             _threefry_users -= 1
             if _threefry_users == 0:
-                rules[primitive] = _threefry_saved.pop()
+                rules[primitive], _threefry_saved = _threefry_saved, None

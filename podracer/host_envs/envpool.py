@@ -590,19 +590,15 @@ class EnvpoolEnvironment:
         an ended episode's step waits there for the env's reset observation."""
         ids = out.env_id
         first, follow_up = self._first[ids], self._pending[ids]
-        if not (first.any() or follow_up.any()):  # the usual batch: steps of running episodes
-            self._ready = np.concatenate([self._ready, self._absorb_steps(out)])
-            return
         t = self._table
-        ready = []
+        ready = [self._ready]
         if first.any():  # the async_reset observations: reward 0, no flags
             fid = ids[first]
             self._first[fid] = False
             t.obs[fid] = t.final_obs[fid] = out.obs[first]
-            for x in (t.reward, t.terminated, t.truncated, t.episode_done):
+            zeroed = (t.reward, t.terminated, t.truncated)
+            for x in (*zeroed, t.episode_done, t.episode_return, t.episode_length):
                 x[fid] = 0
-            t.episode_return[fid] = 0.0
-            t.episode_length[fid] = 0
             ready.append(fid)
         if follow_up.any():  # reset observations after an ended step that waits in the table
             pid = ids[follow_up]
@@ -610,9 +606,11 @@ class EnvpoolEnvironment:
             t.obs[pid] = out.obs[follow_up]
             ready.append(pid)
         fresh = ~(first | follow_up)
-        if fresh.any():
+        if fresh.all():  # the usual batch: steps of running episodes only
+            ready.append(self._absorb_steps(out))
+        elif fresh.any():
             ready.append(self._absorb_steps(out.rows(fresh)))
-        self._ready = np.concatenate([self._ready, *ready])
+        self._ready = np.concatenate(ready)
 
     def _absorb_steps(self, out: _PoolOutput) -> np.ndarray:
         """Steps of running episodes into the table; returns the ids that are ready (the

@@ -253,7 +253,6 @@ class AsyncCollector:
         T = self.rollout_len
         block_start = self.calls  # the keys of calls block_start .. block_start + key_block - 1
         keys = async_keys(key, block_start, self.key_block)
-        stateful = bool(jax.tree.leaves(self.actor_state))
         acted, results = [], []  # written into the buffers once, when the rollout is complete
         while self.buffers is None or self.count.min() < T:
             start = time.perf_counter()
@@ -297,11 +296,10 @@ class AsyncCollector:
             acted.append(
                 (env_ids, self.count[env_ids], dict(obs=ts.obs, behaviour=out, actor_state=used))
             )
-            if stateful:
-                for s, x in zip(
-                    jax.tree.leaves(self.actor_state), jax.tree.leaves(states), strict=True
-                ):
-                    s[env_ids] = x
+            for s, x in zip(
+                jax.tree.leaves(self.actor_state), jax.tree.leaves(states), strict=True
+            ):
+                s[env_ids] = x
             self.acting[env_ids] = True
         self._write(acted, results)
         buf = self.buffers
