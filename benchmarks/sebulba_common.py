@@ -15,8 +15,9 @@ import jax
 import numpy as np
 
 from podracer import agents, host_envs, loops, ops, sebulba
-from podracer.sebulba import HostCarry, SebulbaConfig, env_factory, host_rollout, rollout_keys
-from podracer.sebulba.system import AsyncCollector, Timers, make_act
+from podracer.core import RolloutState
+from podracer.sebulba import SebulbaConfig, env_factory, host_act, host_rollout, rollout_keys
+from podracer.sebulba.system import AsyncCollector, Timers
 
 
 def env_only_sps(env_id: str, config: SebulbaConfig, steps: int) -> float:
@@ -59,7 +60,7 @@ def actor_only_sps(
     device = device or jax.devices()[0]
     obs = np.zeros(env.observation_spec.shape, env.observation_spec.dtype)
     params = jax.device_put(agent.init(jax.random.key(0), obs), device)
-    act = make_act(agent)
+    act = host_act(agent)
     if env.is_async:
         collector = AsyncCollector(env, config.rollout_len, agent.initial_actor_state(env.num_envs))
         key = jax.device_put(jax.random.key(1), device)
@@ -68,7 +69,7 @@ def actor_only_sps(
             collector.rollout(act, params, key, Timers())
 
     else:
-        carry = HostCarry(env.reset(), ())
+        carry = RolloutState((), env.reset(), ())
         keys = jax.device_put(rollout_keys(jax.random.key(1), config.rollout_len), device)
 
         def rollout():

@@ -399,11 +399,10 @@ class Slide:
 
 
 def test_anakin_rollout_equals_sebulba_actor_for_a_normalised_gaussian_agent():
-    from podracer.core import make_rollout, reset_envs
+    from podracer.core import RolloutState, make_rollout, reset_envs
     from podracer.core.normalisation import NormalisedState, RunningStatistics
     from podracer.host_envs.jax_env import JaxHostEnvironment
-    from podracer.sebulba import HostCarry, host_rollout, rollout_keys
-    from podracer.sebulba.system import make_act
+    from podracer.sebulba import host_act, host_rollout, rollout_keys
 
     env = Slide()
     config = dataclasses.replace(NORMALISED, init_log_std=0.5)
@@ -417,9 +416,9 @@ def test_anakin_rollout_equals_sebulba_actor_for_a_normalised_gaussian_agent():
     state = reset_envs(env, jax.random.split(jax.random.key(1), num_envs), None)
     _, anakin_traj, _ = jax.jit(rollout)(acting, state, None, key)
     host_env = JaxHostEnvironment(env, num_envs)
-    carry = HostCarry(host_env.reset(), ())
+    carry = RolloutState((), host_env.reset(), ())
     _, sebulba_traj, _ = host_rollout(
-        host_env, make_act(agent), acting, carry, rollout_keys(key, num_steps)
+        host_env, host_act(agent), acting, carry, rollout_keys(key, num_steps)
     )
     assert jax.tree.structure(anakin_traj) == jax.tree.structure(sebulba_traj)
     for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(sebulba_traj), strict=True):

@@ -14,12 +14,11 @@ from flax import struct
 from podracer import agents, envs
 from podracer.agents import PPOConfig, build
 from podracer.config import ConfigError
-from podracer.core import make_rollout, reset_envs
+from podracer.core import RolloutState, make_rollout, reset_envs
 from podracer.host_envs.jax_env import JaxHostEnvironment
 from podracer.loops import make_recipe
 from podracer.sebulba import LOOP as SEBULBA
-from podracer.sebulba import HostCarry, SebulbaConfig, host_rollout, rollout_keys, run
-from podracer.sebulba.system import make_act
+from podracer.sebulba import SebulbaConfig, host_act, host_rollout, rollout_keys, run
 from podracer.types import ActorOutput, Agent, DiscreteActionSpec, ObservationSpec, TimeStep
 
 
@@ -73,9 +72,9 @@ def test_anakin_rollout_equals_sebulba_actor():
     _, anakin_traj, _ = jax.jit(rollout)(params, state, None, key)
 
     host_env = JaxHostEnvironment(env, num_envs)
-    carry = HostCarry(host_env.reset(), ())
+    carry = RolloutState((), host_env.reset(), ())
     _, sebulba_traj, stats = host_rollout(
-        host_env, make_act(agent), params, carry, rollout_keys(key, T)
+        host_env, host_act(agent), params, carry, rollout_keys(key, T)
     )
     assert jax.tree.structure(anakin_traj) == jax.tree.structure(sebulba_traj)
     for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(sebulba_traj), strict=True):
@@ -101,8 +100,8 @@ def test_anakin_rollout_equals_sebulba_actor_for_a_stateful_agent():
     _, anakin_traj, _ = jax.jit(rollout)(params, state, None, key)
 
     host_env = JaxHostEnvironment(env, num_envs)
-    carry = HostCarry(host_env.reset(), agent.initial_actor_state(num_envs))
-    act = make_act(agent)
+    carry = RolloutState((), host_env.reset(), agent.initial_actor_state(num_envs))
+    act = host_act(agent)
     carry, first, _ = host_rollout(host_env, act, params, carry, rollout_keys(key, T))
     for a, b in zip(jax.tree.leaves(anakin_traj), jax.tree.leaves(first), strict=True):
         np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=1e-6)
@@ -314,7 +313,7 @@ def test_async_collector_keeps_each_env_sequence():
     agent, _ = build(PPOConfig(), 2, num_updates=1)
     params = agent.init(jax.random.key(0), jnp.zeros(4))
     collector = AsyncCollector(env, rollout_len=40)
-    act = make_act(agent)
+    act = host_act(agent)
     for rollout in range(2):
         traj, stats = collector.rollout(act, params, jax.random.key(rollout), Timers())
         assert traj.obs.shape == (40, 6, 4) and traj.behaviour.extras["logits"].shape == (40, 6, 2)
@@ -367,7 +366,7 @@ def test_async_collector_matches_each_env_log(stateful):
     num_envs, T = 5, 6
     env = RecordingEnv(host_envs.make("envpool:CartPole-v1", num_envs=num_envs, batch_size=1))
     collector = AsyncCollector(env, T, agent.initial_actor_state(num_envs))
-    act = make_act(agent)
+    act = host_act(agent)
     trajs = [collector.rollout(act, params, jax.random.key(r), Timers())[0] for r in range(3)]
     seqs = {i: [] for i in range(num_envs)}  # complete (obs, action, reward, term, trunc, final)
     acted = {}

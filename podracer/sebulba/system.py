@@ -1,17 +1,25 @@
 """Sebulba: host actor threads stepping environments, device learners (Hessel et al., 2021,
 https://arxiv.org/abs/2104.06272, section 4).
 
-Threads (host side, see :mod:`podracer.sebulba.pipeline` for the waits and the stop signal)::
+A run is a few roles, each one function (host side; :mod:`podracer.sebulba.pipeline` has the
+waits and the stop signal)::
 
-    actor i (on actor device d):  params slot -> act (jitted, on d) -> env.step (host) -> ...
-                                   -> Trajectory [T, B] -> device_put onto the learner mesh,
-                                      split along B -> its bounded queue
-    learner:                       one trajectory from every actor (in actor order) ->
-                                   jit(shard_map(learner.update)) over the learner mesh ->
-                                   publish params (version = updates done)
+    compile (calling thread)    the learner mesh, the learner step compiled for the shapes of
+                                the rollout (jax.eval_shape), the actors' act warmed up
+    actor i (thread, device d)  params slot -> step_and_record on the host environment ...
+                                -> Trajectory [T, B] -> device_put onto the learner mesh,
+                                split along B -> its bounded queue
+    learner (thread)            one trajectory from every actor (in actor order) ->
+                                jit(shard_map(learner.update)) over the learner mesh ->
+                                publish params (version = updates done)
+    summarise (calling thread)  the run's numbers
+
+:func:`run` starts the roles as threads of one :class:`SebulbaRun`; a new role (evaluation,
+reanalyse) is one more function of a :class:`SebulbaRun` given to ``run(extra_roles=...)``.
 
 ``learner.update`` is the one :func:`podracer.core.learner.make_learner` built — the same that
-Anakin runs; only the mesh around it differs.
+Anakin runs; only the mesh around it differs. Acting is
+:func:`podracer.core.acting.step_and_record`, as in Anakin's rollout.
 
 Several processes (after :func:`podracer.parallel.initialize`): every process runs its own actors
 on its own actor devices; the learner devices of every process form one learner mesh, and each
@@ -23,6 +31,7 @@ so the params are the same on all of them.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -37,9 +46,10 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import ops, seeding
 from podracer.config import ConfigValueError
+from podracer.core.acting import Acted, RolloutState, reset_and_act, step_and_record
 from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
-from podracer.core.rollout import reset_actor_state
+from podracer.core.rollout import trajectory_shape
 from podracer.loops.common import RunResult, summary, train_record
 from podracer.loops.recipe import Recipe
 from podracer.parallel import (
@@ -53,7 +63,7 @@ from podracer.parallel import (
 )
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.pipeline import Lifetime, ParamsSlot, Stopped, TrajectoryQueue
-from podracer.types import Agent, LearnerState, TimeStep, Trajectory
+from podracer.types import Agent, LearnerState, Trajectory
 
 JOIN_TIMEOUT_S = 10.0
 
@@ -87,13 +97,6 @@ class Timers:
         return now
 
 
-class HostCarry(NamedTuple):
-    """What an actor carries from one rollout to the next (sync mode)."""
-
-    timestep: TimeStep  # the last TimeStep (NumPy); its obs is the next one to act in
-    actor_state: Any  # the agent's actor state after the last act, on the actor's device
-
-
 @jax.jit
 def _stack_on_device(rows: list) -> Any:
     """``[T]`` pytrees of ``[B, ...]`` device arrays -> one pytree ``[T, B, ...]``, in one
@@ -101,51 +104,69 @@ def _stack_on_device(rows: list) -> Any:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *rows)
 
 
-def host_rollout(
-    env, act, params, carry: HostCarry, keys, timers: Timers | None = None
-) -> tuple[HostCarry, Trajectory, RolloutStats]:
-    """One rollout of ``len(keys)`` steps on a host environment (sync mode).
+def host_act(agent: Agent):
+    """The actors' jitted act: ``act(params, actor_state, obs, done, (keys, t)) -> Acted``, the
+    one :func:`podracer.core.acting.reset_and_act` (the reset rule) with the key ``keys[t]``
+    taken inside the same dispatch. ``params`` and ``keys`` live on the actor's device, where the
+    computation runs; ``obs`` and ``done`` go in as NumPy (placed beside the committed params:
+    an explicit ``device_put`` first costs a dispatch of its own)."""
+    act = reset_and_act(agent)
 
-    ``act`` is :func:`make_act` of the agent (``agent.act`` with the key ``keys[t]``, the actor
-    state reset where an episode starts, one dispatch per step); ``params`` and ``keys`` live on
-    the actor's device, where the computation runs.
+    def step(params, actor_state, obs, done, keys_and_step):
+        keys, t = keys_and_step
+        return act(params, actor_state, obs, done, keys[t])
+
+    return jax.jit(step)
+
+
+def host_rollout(
+    env, act, params, carry: RolloutState, keys, timers: Timers | None = None
+) -> tuple[RolloutState, Trajectory, RolloutStats]:
+    """One rollout of ``len(keys)`` steps on a (sync) host environment: ``len(keys)`` calls of
+    :func:`podracer.core.acting.step_and_record` with ``act`` (:func:`host_act`) and the host
+    environment's ``step``; the carry's ``env_state`` is ``()`` (the environment keeps its own).
+
     Returns the carry, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout emits,
-    ``actor_state`` included) and the statistics of the episodes that ended.
+    ``actor_state`` included) and the statistics of the episodes that ended. Only the action
+    comes back from the device at each step; the rest of the actor's output stays there until
+    the rollout ends and is fetched in one dispatch.
     """
     timers = timers or Timers()
-    timestep, actor_state = carry
-    obs, rewards, terms, truncs, finals, outputs, infos = [], [], [], [], [], [], []
-    for t in range(keys.shape[0]):
+
+    def timed_act(params, actor_state, obs, done, key) -> Acted:
         start = time.perf_counter()
-        # The observation goes in as NumPy (placed beside the committed params: an explicit
-        # device_put first costs a dispatch of its own), and only the action comes back now;
-        # the rest of the actor's output stays on the device until the rollout ends.
-        used, actor_state, out = act(params, actor_state, timestep.obs, timestep.done, keys, t)
-        action = np.asarray(out.action)
-        start = timers.add("inference", start)
-        next_ts = env.step(action)
+        acted = act(params, actor_state, obs, done, key)
+        np.asarray(acted.out.action)  # waits for it (jax.Array keeps the NumPy copy)
+        timers.add("inference", start)
+        return acted
+
+    def env_step(env_state, action, env_key):
+        del env_key
+        start = time.perf_counter()
+        ts = env.step(np.asarray(action))
         timers.add("env_step", start)
-        obs.append(timestep.obs)
-        outputs.append((out, used))
-        rewards.append(next_ts.reward)
-        terms.append(next_ts.terminated)
-        truncs.append(next_ts.truncated)
-        finals.append(next_ts.final_obs)
-        infos.append(next_ts.info)
-        timestep = next_ts
+        return env_state, ts
+
+    steps, infos = [], []
+    for t in range(keys.shape[0]):
+        carry, step, info = step_and_record(timed_act, env_step, params, carry, (keys, t), None)
+        steps.append(step)
+        infos.append(info)
     start = time.perf_counter()
-    behaviour, actor_states = jax.device_get(_stack_on_device(outputs))
+    behaviour, actor_states = jax.device_get(
+        _stack_on_device([(step.behaviour, step.actor_state) for step in steps])
+    )
     timers.add("inference", start)
     traj = Trajectory(
-        obs=np.stack(obs),
-        reward=np.stack(rewards).astype(np.float32),
-        terminated=np.stack(terms).astype(bool),
-        truncated=np.stack(truncs).astype(bool),
-        bootstrap_obs=np.stack(finals),
+        obs=np.stack([step.obs for step in steps]),
+        reward=np.stack([step.reward for step in steps]).astype(np.float32),
+        terminated=np.stack([step.terminated for step in steps]).astype(bool),
+        truncated=np.stack([step.truncated for step in steps]).astype(bool),
+        bootstrap_obs=np.stack([step.bootstrap_obs for step in steps]),
         behaviour=behaviour,
         actor_state=actor_states,
     )
-    return HostCarry(timestep, actor_state), traj, _episode_stats(infos)
+    return carry, traj, _episode_stats(infos)
 
 
 def _episode_stats(infos: list) -> RolloutStats:
@@ -173,9 +194,11 @@ class AsyncCollector:
     back from ``recv`` with the result of the action it was sent. When every env has ``T``
     complete transitions, the first ``T`` of each form the trajectory (time-major, env order);
     later ones wait for the next trajectory. Each env's actor state is kept here (NumPy rows)
-    and reset where its episode starts. The statistics of a rollout are those of the episodes
-    that end inside its trajectory (an episode that ends in a transition held back for the next
-    trajectory counts there), so every episode counts once, with the trajectory it is in.
+    and reset where its episode starts, by the actors' one ``act`` (:func:`host_act`: the
+    reset rule of :func:`podracer.core.acting.reset_and_act`). The statistics of a rollout are
+    those of the episodes that end inside its trajectory (an episode that ends in a transition
+    held back for the next trajectory counts there), so every episode counts once, with the
+    trajectory it is in.
 
     The book-keeping is NumPy over env ids (no Python loop over the rows of a batch): every
     field has a buffer ``[capacity, num_envs, ...]`` and env ``i`` writes its next transition
@@ -282,10 +305,11 @@ class AsyncCollector:
                 keys = async_keys(key, block_start, self.key_block)
             states = jax.tree.map(lambda x, ids=env_ids: x[ids], self.actor_state)
             # runs beside the params
-            step = act(params, states, ts.obs, ts.done, keys, self.calls - block_start)
+            step = act(params, states, ts.obs, ts.done, (keys, self.calls - block_start))
             # np.asarray per leaf: ~1 us each where jax.device_get costs ~10 (the rows are
             # copied into the buffers when the rollout is complete, so read-only views do)
-            used, states, out = jax.tree.map(np.asarray, step)
+            step = jax.tree.map(np.asarray, step)
+            used, states, out = step.actor_state, step.next_actor_state, step.out
             self.calls += 1
             start = timers.add("inference", start)
             self.env.send(out.action, env_ids)
@@ -340,19 +364,321 @@ def async_keys(key: jax.Array, start, count: int) -> jax.Array:
     return jax.vmap(lambda c: jax.random.fold_in(key, c))(start + jnp.arange(count))
 
 
-def make_act(agent: Agent):
-    """The actor's jitted step: ``act(params, actor_state, obs, done, keys, t) -> (actor_state
-    given to agent.act, its next actor state, ActorOutput)``, with ``keys[t]`` and the actor
-    state reset to ``agent.initial_actor_state`` where ``done`` (the observation starts an
-    episode)."""
+# --- the run, in roles ----------------------------------------------------------------------
 
-    def step(params, actor_state, obs, done, keys, t):
-        initial = agent.initial_actor_state(obs.shape[0])
-        actor_state = reset_actor_state(initial, actor_state, done)
-        next_state, out = agent.act(params, actor_state, obs, keys[t])
-        return actor_state, next_state, out
 
-    return jax.jit(step)
+@dataclasses.dataclass
+class SebulbaRun:
+    """One Sebulba run: what its roles share (host side).
+
+    Made by the compile role (:func:`compile_run`). The actor roles and the learner role run in
+    threads and meet only in ``slot`` (params: learner -> actors) and ``queues`` (trajectories:
+    actor ``i`` -> learner); ``lifetime`` stops them all and keeps the first error. The learner
+    role replaces ``state`` after every update."""
+
+    recipe: Recipe
+    config: SebulbaConfig
+    make_env: Callable[[int], Any]
+    seed: int
+    actor_devices: list
+    first_actor: int  # the global index of this process's actor 0
+    learner_mesh: Any
+    traj_sharding: NamedSharding
+    update: Any  # compiled: (LearnerState, trajectories of every actor) -> (state, metrics)
+    act: Any  # the actors' jitted act (host_act), compiled on every actor device
+    state: LearnerState
+    start_update: int
+    compile_s: float
+    hooks: Any = None
+    lifetime: Lifetime = dataclasses.field(default_factory=Lifetime)
+    watchdog: Any = None  # a parallel.Watchdog while the roles run (armed with several processes)
+
+    def __post_init__(self):
+        config = self.config
+        self.done_updates = self.start_update
+        self.slot = ParamsSlot(self.lifetime)
+        self.queues = [TrajectoryQueue(self.lifetime, config.queue_size) for _ in self.actors]
+        self.actor_timers = [Timers() for _ in self.actors]
+        self.actor_steps = [0] * config.num_actors
+        self.learner_timers = Timers()
+        self.history: dict[str, list] = collections.defaultdict(list)
+        self.lags: list[int] = []
+        self.start = time.perf_counter()
+
+    @property
+    def actors(self) -> range:
+        return range(self.config.num_actors)
+
+    @property
+    def num_updates(self) -> int:
+        return self.recipe.num_updates
+
+    def acting_params(self, state: LearnerState):
+        """What the actors act with (``Agent.actor_params`` of the first learner device's
+        agent state)."""
+        agent = self.recipe.agent
+        return agent.actor_params(state.params, one_device(agent, state.agent_state))
+
+    def publish(self, version: int) -> None:
+        """The params of ``state`` into the slot, one copy per actor device (the learner's
+        state is donated to the next update: the actors must not hold its buffers)."""
+        params = jax.tree.map(local_copy, self.acting_params(self.state))
+        copies = {d: jax.device_put(params, d, may_alias=False) for d in set(self.actor_devices)}
+        self.slot.publish(copies, version)
+
+    def record(self) -> dict[str, Any]:
+        """The ``"train"`` record (:func:`podracer.loops.common.train_record`) of the updates
+        done so far; its episode return is over the last 5 updates."""
+        history = {name: list(values) for name, values in list(self.history.items())}
+        run_updates = len(history.get("episodes", ()))
+        recent = slice(max(0, run_updates - 5), run_updates)
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return train_record(
+            updates=self.start_update + run_updates,
+            num_updates=self.num_updates,
+            start_update=self.start_update,
+            steps_per_update=self.recipe.steps_per_update,
+            num_members=1,
+            start=self.start,
+            returns=np.asarray([sum(history.get("return_sum", [])[recent])]),
+            episodes=np.asarray([sum(history.get("episodes", [])[recent])]),
+            metrics={n: v[-1] for n, v in history.items() if n not in _BOOKKEEPING and v},
+            actor_sps=sum(self.actor_steps) / elapsed,
+            policy_lag=float(np.mean(self.lags[-5 * self.config.num_actors :]))
+            if self.lags
+            else None,
+            queue_size=history["queue_size"][-1] if history.get("queue_size") else None,
+        )
+
+
+Role = Callable[[SebulbaRun], None]
+"""A thread of a run: a function of the :class:`SebulbaRun` (its errors stop the run)."""
+
+
+def compile_run(
+    recipe: Recipe,
+    config: SebulbaConfig,
+    make_env: Callable[[int], Any],
+    *,
+    seed: int,
+    devices: Sequence[jax.Device] | None = None,
+    state: LearnerState | None = None,
+    start_update: int = 0,
+    hooks: Any = None,
+) -> SebulbaRun:
+    """The compile role: the learner mesh, the learner state (``state``, or a fresh one), the
+    learner step compiled for the trajectories the actors will send (their shapes are
+    ``jax.eval_shape`` of the rollout, :func:`podracer.core.rollout.trajectory_shape`) and the
+    actors' act compiled on every actor device, all before any thread starts, so that compile
+    time is measured apart."""
+    agent = recipe.agent
+    num_processes = jax.process_count()
+    if devices is not None and num_processes > 1:
+        raise ValueError(
+            "devices= applies to single-process runs; with several processes, "
+            "SebulbaConfig's device ids name every process's local devices"
+        )
+    devices = list(devices if devices is not None else jax.local_devices())
+    learner_mesh = make_learner_mesh(config, devices)
+    if not 0 <= start_update < recipe.num_updates:
+        raise ConfigValueError(
+            f"run: start_update={start_update} is not allowed: the run has "
+            f"{recipe.num_updates} updates of {recipe.steps_per_update} steps "
+            f"(total_timesteps={recipe.total_timesteps})"
+        )
+    traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
+    specs, state_sharding = learner_placement(agent, learner_mesh)
+    learner = recipe.learner(axis_name=DATA_AXIS)
+
+    def update_all(state, trajs):
+        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
+        return learner.update(state, traj)
+
+    update = jax.jit(
+        jax.shard_map(
+            update_all,
+            mesh=learner_mesh,
+            in_specs=(specs, P(None, DATA_AXIS)),
+            out_specs=(specs, P()),
+        ),
+        donate_argnums=0,
+    )
+    t0 = time.perf_counter()
+    if state is None:
+        state = init_state(recipe, config, seed, devices)
+    else:  # a no-op for a state made by init_state or restored into it
+        state = jax.device_put(state, state_sharding)
+
+    def acting_params(state):
+        return agent.actor_params(state.params, one_device(agent, state.agent_state))
+
+    # One actor's columns of every process, as the rollout records them.
+    shapes = trajectory_shape(
+        agent,
+        acting_params(state),
+        recipe.env_spec,
+        config.envs_per_actor * num_processes,
+        config.rollout_len,
+    )
+    shapes = jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=traj_sharding), shapes
+    )
+    update = update.lower(state, (shapes,) * config.num_actors).compile()
+    act = host_act(agent)
+    actor_devices = [devices[i] for i in config.actor_device_ids]
+    params = jax.tree.map(local_copy, acting_params(state))
+    for device in set(actor_devices):
+        warm_up_actor(agent, act, config, recipe.example_obs(), params, device)
+    compile_s = time.perf_counter() - t0
+    barrier("the Sebulba learner compiled")  # the first update's collectives start together
+    return SebulbaRun(
+        recipe=recipe,
+        config=config,
+        make_env=make_env,
+        seed=seed,
+        actor_devices=actor_devices,
+        first_actor=jax.process_index() * config.num_actors,
+        learner_mesh=learner_mesh,
+        traj_sharding=traj_sharding,
+        update=update,
+        act=act,
+        state=state,
+        start_update=start_update,
+        compile_s=compile_s,
+        hooks=hooks,
+    )
+
+
+def warm_up_actor(agent: Agent, act, config: SebulbaConfig, example_obs, params, device) -> None:
+    """Compiles the actors' act for ``device`` with the exact signature of every later call:
+    params and keys on the device, the observations and episode ends as NumPy, the step index a
+    Python int (another signature would compile again in the thread); and, in sync mode, the
+    rollout's final stacking. The act compiles inside ``ops.unrolled_threefry()``: the same
+    bits, and on a CPU about half the time per call."""
+    acting_envs = config.async_batch_size or config.envs_per_actor
+    obs = np.zeros((acting_envs, *example_obs.shape), example_obs.dtype)
+    done = np.zeros(acting_envs, bool)
+    if config.async_batch_size:  # a block of keys, one per recv: AsyncCollector.rollout
+        block = async_key_block(config.envs_per_actor, acting_envs, config.rollout_len)
+        keys = async_keys(jax.random.key(0), 0, block)
+        actor_state = jax.device_get(agent.initial_actor_state(acting_envs))
+    else:
+        keys = rollout_keys(jax.random.key(0), config.rollout_len)
+        actor_state = jax.device_put(agent.initial_actor_state(acting_envs), device)
+    params, keys = jax.device_put((params, keys), device)
+    with ops.unrolled_threefry():
+        acted = act(params, actor_state, obs, done, (keys, 0))
+        if not config.async_batch_size:  # the signature of every later step
+            acted = act(params, acted.next_actor_state, obs, done, (keys, 0))
+    if not config.async_batch_size:
+        rows = [(acted.out, acted.actor_state)] * config.rollout_len
+        jax.block_until_ready(_stack_on_device(rows))  # host_rollout's end
+
+
+def actor_role(run: SebulbaRun, index: int) -> None:
+    """Actor ``index`` of this process: its own host environments, acting on its actor device
+    with the latest params (in deterministic mode, rollout ``k`` with those of update
+    ``k - 1``), one trajectory per rollout onto the learner mesh and into its queue."""
+    config, agent = run.config, run.recipe.agent
+    device = run.actor_devices[index // config.actors_per_device]
+    timers = run.actor_timers[index]
+    actor = run.first_actor + index  # global: every actor of every process has its own seed
+    env = run.make_env(actor)
+    try:
+        key = jax.random.key(run.seed + seeding.ACTOR_KEY_OFFSET)
+        key = jax.device_put(jax.random.fold_in(key, actor), device)
+        initial = agent.initial_actor_state(env.num_envs)
+        if env.is_async:
+            collector = AsyncCollector(env, config.rollout_len, initial)
+        else:
+            carry = RolloutState((), env.reset(), jax.device_put(initial, device))
+        rollout = run.start_update  # rollout k acts with the params of update k - 1
+        while not run.lifetime.stopping:
+            start = time.perf_counter()
+            wanted = max(rollout - 1, run.start_update) if config.deterministic else None
+            copies, version = run.slot.get(wanted)
+            params = copies[device]
+            timers.add("params_fetch", start)
+            rollout_key = _fold_in(key, rollout)
+            if env.is_async:
+                traj, stats = collector.rollout(run.act, params, rollout_key, timers)
+            else:
+                keys = rollout_keys(rollout_key, config.rollout_len)
+                carry, traj, stats = host_rollout(env, run.act, params, carry, keys, timers)
+            start = time.perf_counter()
+            traj = global_array(run.traj_sharding, traj)  # this process's columns
+            timers.add("place_on_learners", start)
+            run.queues[index].put((traj, version, stats))
+            run.actor_steps[index] += config.envs_per_actor * config.rollout_len
+            rollout += 1
+    finally:
+        env.close()
+
+
+def learner_role(run: SebulbaRun) -> None:
+    """The learner: one trajectory from every actor, in actor order, then the compiled update
+    over the learner mesh, the hooks (checkpoints, evaluation) and the new params published;
+    until the run's last update, which stops every role."""
+    hooks, timers = run.hooks, run.learner_timers
+    run.publish(run.start_update)
+    for k in range(run.start_update, run.num_updates):
+        run.watchdog.beat()
+        start = time.perf_counter()
+        items = [queue.get() for queue in run.queues]
+        start = timers.add("wait_for_data", start)
+        run.state, metrics = run.update(run.state, tuple(item[0] for item in items))
+        metrics = jax.device_get(metrics)
+        timers.add("update", start)
+        if hasattr(hooks, "after_metrics"):  # optional in a hooks object of a user's
+            hooks.after_metrics(metrics, k)
+        run.publish(k + 1)
+        run.done_updates = k + 1
+        if hooks is not None:
+            hooks.after_call(run.state, run.done_updates, run.done_updates == run.num_updates)
+        run.lags.extend(k - item[1] for item in items)
+        run.history["episodes"].append(sum(item[2].episodes for item in items))
+        run.history["return_sum"].append(sum(item[2].return_sum for item in items))
+        run.history["length_sum"].append(sum(item[2].length_sum for item in items))
+        for name, value in metrics.items():
+            run.history[name].append(float(value))
+        run.history["queue_size"].append(float(np.mean([q.qsize() for q in run.queues])))
+    run.lifetime.stop()
+
+
+def summarise(run: SebulbaRun, elapsed: float) -> RunResult:
+    """The summary role: the run's numbers (every process's episodes counted), the final
+    state and the per-update history."""
+    hist = {name: np.asarray(values)[None] for name, values in run.history.items()}
+    if jax.process_count() > 1:  # the episodes of every process's actors (every process is here)
+        for name in ("episodes", "return_sum", "length_sum"):
+            hist[name] = multihost_utils.process_allgather(hist[name]).sum(axis=0)
+    numbers = summary(
+        hist,
+        steps_per_update=run.recipe.steps_per_update,
+        num_updates=run.num_updates,
+        start_update=run.start_update,
+        num_members=1,
+        elapsed=elapsed,
+        compile_s=run.compile_s,
+        params=jax.device_get(run.state.params),
+    )
+    lags = run.lags
+    numbers.update(
+        env=run.recipe.env_id,
+        arch="sebulba",
+        seed=run.seed,
+        devices=len(run.learner_mesh.devices.flat),
+        processes=jax.process_count(),
+        process=jax.process_index(),
+        actor_sps=sum(run.actor_steps) / elapsed,
+        per_actor_sps=[s / elapsed for s in run.actor_steps],
+        policy_lag_mean=float(np.mean(lags)) if lags else None,
+        policy_lag_max=int(np.max(lags)) if lags else None,
+        actor_time_s=_mean_timers(run.actor_timers),
+        learner_time_s=dict(run.learner_timers.seconds),
+        queue_size_mean=float(np.mean(run.history["queue_size"])),
+    )
+    return RunResult(numbers, run.state, hist)
 
 
 def run(
@@ -366,9 +692,12 @@ def run(
     state: LearnerState | None = None,
     start_update: int = 0,
     hooks: Any = None,
+    extra_roles: Sequence[tuple[str, Role]] = (),
 ) -> RunResult:
     """Trains the recipe's agent until its ``total_timesteps`` environment steps (all actors of
-    every process together) are learnt from.
+    every process together) are learnt from: :func:`compile_run`, then :func:`actor_role` for
+    every actor and :func:`learner_role` (and ``extra_roles``, ``(name, role)`` pairs) as
+    threads, then :func:`summarise`.
 
     ``make_env(actor_index)`` builds an actor's host environment with
     ``config.envs_per_actor`` environments; the index is global (actor ``i`` of process ``p`` is
@@ -385,254 +714,44 @@ def run(
     Ctrl-C. The learner is the recipe's (its agent spec's ``make_learner`` in its layout) over
     the learner mesh's DATA_AXIS.
     """
-    agent = recipe.agent
-    num_processes = jax.process_count()
-    if devices is not None and num_processes > 1:
-        raise ValueError(
-            "devices= applies to single-process runs; with several processes, "
-            "SebulbaConfig's device ids name every process's local devices"
-        )
-    devices = list(devices if devices is not None else jax.local_devices())
-    actor_devices = [devices[i] for i in config.actor_device_ids]
-    learner_mesh = make_learner_mesh(config, devices)
-    first_actor = jax.process_index() * config.num_actors  # global index of local actor 0
-    steps_per_update, num_updates = recipe.steps_per_update, recipe.num_updates
-    if not 0 <= start_update < num_updates:
-        raise ConfigValueError(
-            f"run: start_update={start_update} is not allowed: the run has {num_updates} updates "
-            f"of {steps_per_update} steps (total_timesteps={recipe.total_timesteps})"
-        )
-    lifetime = Lifetime()
-    slot = ParamsSlot(lifetime)
-    queues = [TrajectoryQueue(lifetime, config.queue_size) for _ in range(config.num_actors)]
-    traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
-    specs, state_sharding = learner_placement(agent, learner_mesh)
-
-    learner = recipe.learner(axis_name=DATA_AXIS)
-
-    def update_all(state, trajs):
-        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
-        return learner.update(state, traj)
-
-    update = jax.jit(
-        jax.shard_map(
-            update_all,
-            mesh=learner_mesh,
-            in_specs=(specs, P(None, DATA_AXIS)),
-            out_specs=(specs, P()),
-        ),
-        donate_argnums=0,
+    sebulba = compile_run(
+        recipe,
+        config,
+        make_env,
+        seed=seed,
+        devices=devices,
+        state=state,
+        start_update=start_update,
+        hooks=hooks,
     )
-
-    # Everything is compiled before the threads start, so compile time is measured apart.
-    t0 = time.perf_counter()
-    example_obs = recipe.example_obs()
-    if state is None:
-        state = init_state(recipe, config, seed, devices)
-    else:  # a no-op for a state made by init_state or restored into it
-        state = jax.device_put(state, state_sharding)
-    act = make_act(agent)
-    batch_obs = np.zeros((config.envs_per_actor, *example_obs.shape), example_obs.dtype)
-    initial_actor_state = agent.initial_actor_state(config.envs_per_actor)
-
-    def acting(params, agent_state):
-        return agent.actor_params(params, one_device(agent, agent_state))
-
-    _, out_shape = jax.eval_shape(
-        agent.act,
-        acting(state.params, state.agent_state),
-        initial_actor_state,
-        batch_obs,
-        jax.random.key(0),
-    )
-    state_shape = jax.eval_shape(lambda: initial_actor_state)
-    global_envs = config.envs_per_actor * num_processes  # one actor's columns, every process
-    global_obs = (config.rollout_len, global_envs, *example_obs.shape)
-    traj_shape = Trajectory(
-        obs=jax.ShapeDtypeStruct(global_obs, example_obs.dtype),
-        reward=jax.ShapeDtypeStruct((config.rollout_len, global_envs), jnp.float32),
-        terminated=jax.ShapeDtypeStruct((config.rollout_len, global_envs), jnp.bool_),
-        truncated=jax.ShapeDtypeStruct((config.rollout_len, global_envs), jnp.bool_),
-        bootstrap_obs=jax.ShapeDtypeStruct(global_obs, example_obs.dtype),
-        behaviour=jax.tree.map(
-            lambda s: jax.ShapeDtypeStruct(
-                (config.rollout_len, global_envs, *s.shape[1:]), s.dtype
-            ),
-            out_shape,
-        ),
-        actor_state=jax.tree.map(
-            lambda s: jax.ShapeDtypeStruct(
-                (config.rollout_len, global_envs, *s.shape[1:]), s.dtype
-            ),
-            state_shape,
-        ),
-    )
-    traj_shape = jax.tree.map(
-        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=traj_sharding), traj_shape
-    )
-    update = update.lower(state, (traj_shape,) * config.num_actors).compile()
-    # The actors' own call signature: params and keys on the device, the observations as NumPy
-    # and the step index as a Python int (another signature would compile again in the thread).
-    # The actors' step compiles here with the threefry hash unrolled: the same bits, and on a
-    # CPU about half the time per call (ops.unrolled_threefry).
-    acting_envs = config.async_batch_size or config.envs_per_actor
-    acting_obs = batch_obs[:acting_envs]
-    acting_done = np.zeros(acting_envs, bool)
-    for device in actor_devices:
-        if config.async_batch_size:  # a block of keys, one per recv: AsyncCollector.rollout
-            block = async_key_block(config.envs_per_actor, acting_envs, config.rollout_len)
-            keys = async_keys(jax.random.key(0), 0, block)
-            actor_state = jax.device_get(agent.initial_actor_state(acting_envs))
-        else:
-            keys = rollout_keys(jax.random.key(0), config.rollout_len)
-            actor_state = jax.device_put(initial_actor_state, device)
-        params = jax.tree.map(local_copy, acting(state.params, state.agent_state))
-        params, keys = jax.device_put((params, keys), device)
-        with ops.unrolled_threefry():
-            _, actor_state, _ = act(params, actor_state, acting_obs, acting_done, keys, 0)
-            if not config.async_batch_size:  # the signature of every later step
-                used, _, out = act(params, actor_state, acting_obs, acting_done, keys, 0)
-        if not config.async_batch_size:
-            outputs = [(out, used)] * config.rollout_len
-            jax.block_until_ready(_stack_on_device(outputs))  # host_rollout's end
-    compile_s = time.perf_counter() - t0
-    barrier("the Sebulba learner compiled")  # the first update's collectives start together
-
-    actor_timers = [Timers() for _ in range(config.num_actors)]
-    actor_steps = [0] * config.num_actors
-    learner_timers = Timers()
-    history: dict[str, list] = collections.defaultdict(list)
-    lags: list[int] = []
-
-    def actor_loop(index: int):
-        device = actor_devices[index // config.actors_per_device]
-        timers = actor_timers[index]
-        env = make_env(first_actor + index)
-        try:
-            key = jax.random.key(seed + seeding.ACTOR_KEY_OFFSET)
-            key = jax.device_put(jax.random.fold_in(key, first_actor + index), device)
-            initial = agent.initial_actor_state(env.num_envs)
-            if env.is_async:
-                collector = AsyncCollector(env, config.rollout_len, initial)
-            else:
-                carry = HostCarry(env.reset(), jax.device_put(initial, device))
-            rollout = start_update  # rollout k acts with the params of update k - 1
-            while not lifetime.stopping:
-                start = time.perf_counter()
-                wanted = max(rollout - 1, start_update) if config.deterministic else None
-                copies, version = slot.get(wanted)
-                params = copies[device]
-                timers.add("params_fetch", start)
-                rollout_key = _fold_in(key, rollout)
-                if env.is_async:
-                    traj, stats = collector.rollout(act, params, rollout_key, timers)
-                else:
-                    keys = rollout_keys(rollout_key, config.rollout_len)
-                    carry, traj, stats = host_rollout(env, act, params, carry, keys, timers)
-                start = time.perf_counter()
-                traj = global_array(traj_sharding, traj)  # this process's columns
-                timers.add("place_on_learners", start)
-                queues[index].put((traj, version, stats))
-                actor_steps[index] += config.envs_per_actor * config.rollout_len
-                rollout += 1
-        finally:
-            env.close()
-
-    def publish(state, version):
-        # A copy on every actor device: the learner's state is donated to the next update.
-        params = jax.tree.map(local_copy, acting(state.params, state.agent_state))
-        copies = {d: jax.device_put(params, d, may_alias=False) for d in set(actor_devices)}
-        slot.publish(copies, version)
-
-    def learner_loop():
-        nonlocal state, done_updates
-        publish(state, start_update)
-        for k in range(start_update, num_updates):
-            watchdog.beat()
-            start = time.perf_counter()
-            items = [q.get() for q in queues]
-            start = learner_timers.add("wait_for_data", start)
-            state, metrics = update(state, tuple(item[0] for item in items))
-            metrics = jax.device_get(metrics)
-            learner_timers.add("update", start)
-            if hasattr(hooks, "after_metrics"):  # optional in a hooks object of a user's
-                hooks.after_metrics(metrics, k)
-            publish(state, k + 1)
-            done_updates = k + 1
-            if hooks is not None:
-                hooks.after_call(state, done_updates, done_updates == num_updates)
-            lags.extend(k - item[1] for item in items)
-            history["episodes"].append(sum(item[2].episodes for item in items))
-            history["return_sum"].append(sum(item[2].return_sum for item in items))
-            history["length_sum"].append(sum(item[2].length_sum for item in items))
-            for name, value in metrics.items():
-                history[name].append(float(value))
-            history["queue_size"].append(float(np.mean([q.qsize() for q in queues])))
-        lifetime.stop()
-
-    done_updates = start_update
-    watchdog = Watchdog("the Sebulba learner step")  # armed only with several processes
-    threads = [lifetime.thread(f"actor-{i}", actor_loop, i) for i in range(config.num_actors)]
-    threads.append(lifetime.thread("learner", learner_loop))
-    start = time.perf_counter()
-    last_report = start
-
-    def record():
-        return _record(
-            history, lags, config, steps_per_update, num_updates, start_update, start, actor_steps
-        )
-
+    roles: list[tuple[str, Role]] = [
+        (f"actor-{i}", functools.partial(actor_role, index=i)) for i in sebulba.actors
+    ]
+    roles += [("learner", learner_role), *extra_roles]
+    threads = [sebulba.lifetime.thread(name, role, sebulba) for name, role in roles]
+    sebulba.watchdog = Watchdog("the Sebulba learner step")
+    sebulba.start = last_report = time.perf_counter()
     try:
         for thread in threads:
             thread.start()
-        while not lifetime.wait(0.1):
+        while not sebulba.lifetime.wait(0.1):
             if progress is not None and time.perf_counter() - last_report >= 1.0:
                 last_report = time.perf_counter()
-                progress(record())
+                progress(sebulba.record())
     except KeyboardInterrupt:
-        lifetime.stop()
+        sebulba.lifetime.stop()
         _join(threads)
-        if hooks is not None and not any(x.is_deleted() for x in jax.tree.leaves(state)):
-            hooks.interrupted(state, done_updates)
+        if hooks is not None and not any(x.is_deleted() for x in jax.tree.leaves(sebulba.state)):
+            hooks.interrupted(sebulba.state, sebulba.done_updates)
         raise
     finally:
-        watchdog.close()
+        sebulba.watchdog.close()
     _join(threads)
-    lifetime.raise_if_failed()
-    elapsed = time.perf_counter() - start
+    sebulba.lifetime.raise_if_failed()
+    elapsed = time.perf_counter() - sebulba.start
     if progress is not None:
-        progress(record())
-
-    hist = {name: np.asarray(values)[None] for name, values in history.items()}
-    if num_processes > 1:  # the episodes of every process's actors (every process is here)
-        for name in ("episodes", "return_sum", "length_sum"):
-            hist[name] = multihost_utils.process_allgather(hist[name]).sum(axis=0)
-    numbers = summary(
-        hist,
-        steps_per_update=steps_per_update,
-        num_updates=num_updates,
-        start_update=start_update,
-        num_members=1,
-        elapsed=elapsed,
-        compile_s=compile_s,
-        params=jax.device_get(state.params),
-    )
-    numbers.update(
-        env=recipe.env_id,
-        arch="sebulba",
-        seed=seed,
-        devices=len(learner_mesh.devices.flat),
-        processes=num_processes,
-        process=jax.process_index(),
-        actor_sps=sum(actor_steps) / elapsed,
-        per_actor_sps=[s / elapsed for s in actor_steps],
-        policy_lag_mean=float(np.mean(lags)) if lags else None,
-        policy_lag_max=int(np.max(lags)) if lags else None,
-        actor_time_s=_mean_timers(actor_timers),
-        learner_time_s=dict(learner_timers.seconds),
-        queue_size_mean=float(np.mean(history["queue_size"])),
-    )
-    return RunResult(numbers, state, hist)
+        progress(sebulba.record())
+    return summarise(sebulba, elapsed)
 
 
 def make_learner_mesh(config: SebulbaConfig, devices: Sequence[jax.Device] | None = None):
@@ -694,29 +813,17 @@ def _mean_timers(timers: list[Timers]) -> dict[str, float]:
 _BOOKKEEPING = ("episodes", "return_sum", "length_sum", "queue_size")
 
 
-def _record(
-    history, lags, config, steps_per_update, num_updates, start_update, start, actor_steps
-) -> dict[str, Any]:
-    """The ``"train"`` record (:func:`podracer.loops.common.train_record`) of the updates done
-    so far; its episode return is over the last 5 updates."""
-    history = {name: list(values) for name, values in list(history.items())}  # a snapshot
-    run_updates = len(history.get("episodes", ()))
-    recent = slice(max(0, run_updates - 5), run_updates)
-    elapsed = max(time.perf_counter() - start, 1e-9)
-    return train_record(
-        updates=start_update + run_updates,
-        num_updates=num_updates,
-        start_update=start_update,
-        steps_per_update=steps_per_update,
-        num_members=1,
-        start=start,
-        returns=np.asarray([sum(history.get("return_sum", [])[recent])]),
-        episodes=np.asarray([sum(history.get("episodes", [])[recent])]),
-        metrics={n: v[-1] for n, v in history.items() if n not in _BOOKKEEPING and v},
-        actor_sps=sum(actor_steps) / elapsed,
-        policy_lag=float(np.mean(lags[-5 * config.num_actors :])) if lags else None,
-        queue_size=history["queue_size"][-1] if history.get("queue_size") else None,
-    )
-
-
-__all__ = ["HostCarry", "Stopped", "host_rollout", "make_act", "rollout_keys", "run"]
+__all__ = [
+    "AsyncCollector",
+    "Role",
+    "SebulbaRun",
+    "Stopped",
+    "actor_role",
+    "compile_run",
+    "host_act",
+    "host_rollout",
+    "learner_role",
+    "rollout_keys",
+    "run",
+    "summarise",
+]
