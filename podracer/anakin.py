@@ -243,7 +243,12 @@ def make_anakin(
         member_agent, member_optimizer = (
             (recipe.agent, recipe.optimizer) if members is None else members.build(hparams)
         )
-        learner = recipe.learner(member_agent, member_optimizer, axis_name=DATA_AXIS)
+        learner = recipe.learner(
+            member_agent,
+            member_optimizer,
+            axis_name=DATA_AXIS,
+            envs_per_device=config.num_envs // num_devices,
+        )
         rollout = make_rollout(env, member_agent, config.rollout_len, unroll=config.rollout_unroll)
         return member_agent, learner, rollout
 

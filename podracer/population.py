@@ -343,6 +343,7 @@ def tournament_step(state, scores: jax.Array, config: PopulationConfig, bounds, 
         params=_take(state.learner.params, src),
         opt_state=_take(state.learner.opt_state, src),
         agent_state=_take(state.learner.agent_state, src),
+        replay=_take(state.learner.replay, src),
     )
     hparams = perturb(
         perturb_key,

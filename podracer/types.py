@@ -141,6 +141,15 @@ class LearnerState(NamedTuple):
     key: PRNGKey  # for minibatch shuffling and stochastic losses
     update_count: Array  # i32 []: updates done so far
     agent_state: Any = ()  # the agent's own slot (Agent.init_state / Agent.update_state)
+    replay: Any = ()  # [D, ...]: each learner device's replay buffer (Agent.replay); () if none
+
+
+class LossOutput(NamedTuple):
+    """What a loss may return beside its scalar, instead of a bare metrics dict: the metrics
+    and, for an agent on replay (:attr:`Agent.replay`), each sampled item's new priority."""
+
+    metrics: Metrics  # logged (averaged over gradient steps and devices)
+    priority: Any = ()  # f32 [b]: the sampled items' new priorities (e.g. |TD error|)
 
 
 MeanFn = Callable[[Array], Array]
@@ -198,7 +207,7 @@ class Agent(NamedTuple):
       ``T * B`` transitions for PPO, ``B`` sequences for agents that need time (Q(lambda),
       V-trace). ``mean_fn`` averages over the whole batch across devices, so batch statistics
       do not depend on the device count.
-    - ``loss(params, minibatch, key) -> (scalar, metrics)``.
+    - ``loss(params, minibatch, key) -> (scalar, metrics)`` (or ``(scalar, LossOutput)``).
 
     Optional, with defaults for agents that need none of them:
 
@@ -216,7 +225,13 @@ class Agent(NamedTuple):
       see their own device's ``[...]``;
     - ``actor_params(params, agent_state) -> what act receives as params`` (default: params);
       with ``state_per_device`` it sees one device's slot (in Anakin the actor's own device's,
-      in Sebulba and evaluation the first learner device's).
+      in Sebulba and evaluation the first learner device's);
+    - ``replay``: a :class:`podracer.core.replay.Replay` for an off-policy agent: the learner
+      keeps a buffer of the items it declares (in :attr:`LearnerState.replay`, one per learner
+      device), ``prepare`` returns what to add to it, and ``loss`` gets sampled batches
+      (:class:`podracer.core.replay.ReplayBatch`) and returns a :class:`LossOutput` with their
+      new priorities; ``None`` (the default): the learner takes epochs of minibatches of
+      ``prepare``'s batch.
     """
 
     init: Callable[[PRNGKey, Array], Params]
@@ -229,6 +244,7 @@ class Agent(NamedTuple):
     update_state: Callable[[Any, Params, Trajectory, MeanFn], Any] = keep_agent_state
     actor_params: Callable[[Params, Any], Params] = acting_params
     state_per_device: bool = False
+    replay: Any = None
 
 
 class Learner(NamedTuple):

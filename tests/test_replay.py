@@ -14,13 +14,13 @@ from jax.sharding import PartitionSpec as P
 
 from podracer.agents import DQNConfig, build
 from podracer.agents.dqn import DQNState
+from podracer.core import make_learner
 from podracer.core.replay import (
     NStepItem,
     ReplayBatch,
     importance_weights,
     make_buffer,
     n_step_targets,
-    replay_learner,
     stored,
 )
 from podracer.networks import QNetwork
@@ -125,7 +125,7 @@ def test_dqn_double_q_n_step_loss_equals_numpy():
     )
     weights = np.array([1.0, 0.5, 0.2, 1.0, 0.8], np.float32)
     batch = ReplayBatch(items, weights, DQNState(target, jnp.int32(0)))
-    loss, metrics = agent.loss(params, batch, jax.random.key(2))
+    loss, out = agent.loss(params, batch, jax.random.key(2))
     q = np.asarray(net.apply(params, items.obs), np.float64)
     q_next_online = np.asarray(net.apply(params, items.next_obs), np.float64)
     q_next_target = np.asarray(net.apply(target, items.next_obs), np.float64)
@@ -136,7 +136,8 @@ def test_dqn_double_q_n_step_loss_equals_numpy():
     td = q[np.arange(5), items.action] - y
     huber = np.where(np.abs(td) <= 1.0, 0.5 * td**2, np.abs(td) - 0.5)
     np.testing.assert_allclose(loss, np.mean(weights * huber), rtol=1e-5)
-    np.testing.assert_allclose(metrics["priority"], td, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.priority, td, rtol=1e-5, atol=1e-6)
+    assert set(out.metrics) == {"loss", "mean_q"}
     assert (q_next_online.argmax(-1) != q_next_target.argmax(-1)).any()  # the choice matters
 
 
@@ -172,15 +173,13 @@ def test_two_devices_equal_one_device_for_an_off_policy_update(one_device, two_d
     agent, _ = build(config, DiscreteActionSpec(2), 10, OBS)
     traj = trajectory(3, num_steps=6, num_envs=4)
 
+    agent = agent._replace(replay=agent.replay._replace(buffer=EverythingBuffer))
+
     def run(devices):
-        learner = replay_learner(
-            agent, optax.sgd(0.5), config, axis_name=DATA_AXIS, buffer=EverythingBuffer
-        )
+        learner = make_learner(agent, optax.sgd(0.5), axis_name=DATA_AXIS)
         state = learner.init(jax.random.key(0), jnp.zeros(3))
         state = state._replace(
-            agent_state=jax.tree.map(
-                lambda x: jnp.repeat(x, len(devices), axis=0), state.agent_state
-            )
+            replay=jax.tree.map(lambda x: jnp.repeat(x, len(devices), axis=0), state.replay)
         )
         fn = jax.jit(
             jax.shard_map(
@@ -194,9 +193,7 @@ def test_two_devices_equal_one_device_for_an_off_policy_update(one_device, two_d
         return fn(state, traj)
 
     (one, m1), (two, m2) = run(one_device), run(two_devices)
-    init = replay_learner(agent, optax.sgd(0.5), config, buffer=EverythingBuffer).init(
-        jax.random.key(0), jnp.zeros(3)
-    )
+    init = make_learner(agent, optax.sgd(0.5)).init(jax.random.key(0), jnp.zeros(3))
     moved = max(
         float(jnp.max(jnp.abs(a - b)))
         for a, b in zip(jax.tree.leaves(one.params), jax.tree.leaves(init.params), strict=True)
@@ -209,14 +206,14 @@ def test_two_devices_equal_one_device_for_an_off_policy_update(one_device, two_d
 
 def test_sebulba_trains_dqn_with_the_learner_make_learner_built(monkeypatch, two_devices):
     from podracer.agents import dqn
-    from podracer.core import replay
+    from podracer.agents import spec as agent_spec
     from podracer.sebulba import SebulbaConfig
     from podracer.sebulba import train as sebulba_train
 
     built, called = [], []
 
     def recording_learner(*args, **kwargs):
-        learner = replay.replay_learner(*args, **kwargs)
+        learner = agent_spec.epochs_learner(*args, **kwargs)
 
         def update(state, traj):
             called.append(learner.update)
@@ -226,8 +223,6 @@ def test_sebulba_trains_dqn_with_the_learner_make_learner_built(monkeypatch, two
         return learner._replace(update=update)
 
     spec = dqn.SPEC._replace(make_learner=recording_learner)
-    from podracer.agents import spec as agent_spec
-
     monkeypatch.setitem(agent_spec._BY_CONFIG, DQNConfig, spec)
     config = DQNConfig(buffer_size=256, batch_size=32, learning_starts=32)
     result = sebulba_train(
@@ -286,7 +281,7 @@ def test_a_resumed_run_restores_the_buffer_bitwise(tmp_path):
     again = runs.train(spec, resumed, resume=True, console=False, devices=one)
     assert again["params_checksum"] == summary["params_checksum"]
     a, b = latest(straight), latest(resumed)
-    buffer = a.agent_state.buffer
+    buffer = a.replay
     assert int(stored(jax.tree.map(lambda x: x[0, 0], buffer))) == 128  # full: 8 x 32 items
     priorities = np.asarray(buffer.priorities[0, 0])
     assert len(set(priorities.tolist())) > 2  # priorities were written from the losses

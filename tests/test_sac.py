@@ -44,7 +44,7 @@ def test_each_loss_moves_only_its_own_parameters():
         SACConfig(batch_size=8, learning_starts=8), spec, 10, ObservationSpec((3,), np.float32)
     )
     params = agent.init(jax.random.key(0), jnp.zeros(3))
-    state = agent.init_state(jax.random.key(1), params).agent
+    state = agent.init_state(jax.random.key(1), params)
     from podracer.core.replay import NStepItem, ReplayBatch
 
     rng = np.random.default_rng(0)
@@ -59,8 +59,8 @@ def test_each_loss_moves_only_its_own_parameters():
 
     def part(name):
         def loss(p):
-            _, metrics = agent.loss(p, batch, jax.random.key(2))
-            return metrics[name]
+            _, out = agent.loss(p, batch, jax.random.key(2))
+            return out.metrics[name]
 
         return jax.grad(loss)(params)
 

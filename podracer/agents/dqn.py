@@ -3,7 +3,7 @@
 Mnih et al., 2015 (https://www.nature.com/articles/nature14236); van Hasselt et al., 2016,
 double Q-learning (https://arxiv.org/abs/1509.06461); Wang et al., 2016, the dueling head
 (https://arxiv.org/abs/1511.06581). Trained by the replay learner
-(:func:`podracer.core.replay.replay_learner`): ``prepare`` turns each transition of the
+(:mod:`podracer.core.replay`): ``prepare`` turns each transition of the
 trajectory into an n-step item,
 
 .. math::
@@ -39,14 +39,8 @@ from podracer.agents.policy import (
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_positive, check_range
-from podracer.core.replay import (
-    NStepItem,
-    ReplayBatch,
-    ReplayFields,
-    n_step_items,
-    replay_learner,
-)
-from podracer.types import ActionSpec, Agent, Trajectory
+from podracer.core.replay import NStepItem, Replay, ReplayBatch, ReplayFields, n_step_items
+from podracer.types import ActionSpec, Agent, LossOutput, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +140,14 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
         target = jax.lax.stop_gradient(items.n_step_return + items.discount * bootstrap)
         td = q_taken - target
         total = jnp.mean(batch.weights * optax.huber_loss(td, delta=config.huber_delta))
-        return total, {"loss": total, "mean_q": jnp.mean(q_taken), "priority": td}
+        return total, LossOutput({"loss": total, "mean_q": jnp.mean(q_taken)}, priority=td)
+
+    def item(obs):
+        scalar = jax.ShapeDtypeStruct((), jnp.float32)
+        action = jax.ShapeDtypeStruct((), jnp.int32)
+        return NStepItem(
+            obs=obs, action=action, n_step_return=scalar, discount=scalar, next_obs=obs
+        )
 
     return Agent(
         init=init,
@@ -156,6 +157,7 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
         init_state=init_state,
         update_state=update_state,
         actor_params=actor_params,
+        replay=Replay(config, item),
     )
 
 
@@ -182,5 +184,4 @@ SPEC = AgentSpec(
         "epsilon_finish": Space(0.0, 0.5),
         "epsilon_decay": Space(0.05, 1.0),
     },
-    make_learner=replay_learner,
 )

@@ -39,9 +39,9 @@ from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import action_size, check_bounded
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
-from podracer.core.replay import NStepItem, ReplayBatch, ReplayFields, n_step_items, replay_learner
+from podracer.core.replay import NStepItem, Replay, ReplayBatch, ReplayFields, n_step_items
 from podracer.networks import ACTIVATIONS, MLP
-from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory
+from podracer.types import ActionSpec, ActorOutput, Agent, LossOutput, Trajectory
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -232,15 +232,22 @@ def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
             params["log_alpha"] * jax.lax.stop_gradient(log_prob + target_entropy)
         )
         total = critic_loss + actor_loss + alpha_loss
-        return total, {
+        metrics = {
             "loss": total,
             "critic_loss": critic_loss,
             "actor_loss": actor_loss,
             "alpha": alpha,
             "entropy": -jnp.mean(log_prob),
             "mean_q": jnp.mean(q1),
-            "priority": jnp.abs(q1 - target),
         }
+        return total, LossOutput(metrics, priority=jnp.abs(q1 - target))
+
+    def item(obs):
+        scalar = jax.ShapeDtypeStruct((), jnp.float32)
+        action = jax.ShapeDtypeStruct(shape, jnp.float32)
+        return NStepItem(
+            obs=obs, action=action, n_step_return=scalar, discount=scalar, next_obs=obs
+        )
 
     return Agent(
         init=init,
@@ -250,6 +257,7 @@ def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
         greedy=greedy,
         init_state=init_state,
         update_state=update_state,
+        replay=Replay(config, item),
     )
 
 
@@ -275,7 +283,6 @@ SPEC = AgentSpec(
         "tau": Space(1e-4, 0.1, log=True),
         "target_entropy_scale": Space(0.0, 2.0),
     },
-    make_learner=replay_learner,
     presets={
         # Measured on gymnax:Pendulum-v1: -155 after 3e4 steps (seed 0).
         "classic_continuous": {"agent": {"hidden_sizes": (64, 64)}},

@@ -32,16 +32,17 @@ class Space(NamedTuple):
 
 
 def epochs_learner(agent: Agent, optimizer, config: Any, **layout: Any) -> Learner:
-    """The on-policy learner: ``config.num_epochs`` passes of ``config.num_minibatches``
-    minibatches over each trajectory (:func:`podracer.core.learner.make_learner`); ``layout``
-    is the loop's (``axis_name``, ``unroll``, ``microbatch_steps``)."""
+    """The learner of :func:`podracer.core.learner.make_learner`: ``config.num_epochs`` passes
+    of ``config.num_minibatches`` minibatches over each trajectory, or, for an agent with a
+    replay (``Agent.replay``), gradient steps on batches from its buffer; ``layout`` is the
+    loop's (``axis_name``, ``unroll``, ``microbatch_steps``, ``envs_per_device``)."""
     from podracer.core.learner import make_learner
 
     return make_learner(
         agent,
         optimizer,
-        num_epochs=config.num_epochs,
-        num_minibatches=config.num_minibatches,
+        num_epochs=getattr(config, "num_epochs", 1),
+        num_minibatches=getattr(config, "num_minibatches", 1),
         **layout,
     )
 
@@ -61,7 +62,8 @@ class AgentSpec(NamedTuple):
     - ``search_space``: ``{field: Space}`` of the config fields that may be traced (used only in
       ``jnp`` / ``optax`` arithmetic): the sweepable fields and a population's hyper-parameters;
     - ``make_learner(agent, optimizer, config, **layout) -> Learner``: the learner core it
-      trains with (default: epochs of minibatches, :func:`epochs_learner`);
+      trains with (default: :func:`epochs_learner`, epochs of minibatches, or replay for an
+      agent that asks for one in ``Agent.replay``);
     - ``presets``: ``{family: {"agent": {field: value}, loop name: {field: value}}}``, defaults
       for an environment family of :data:`podracer.presets.FAMILIES` (``"mujoco"``,
       ``"brax"``, ...), which the command line applies under the user's values.
@@ -86,10 +88,8 @@ class AgentSpec(NamedTuple):
     ):
         """``(agent, optimizer)`` for ``config`` and an environment's ``action_spec``; a config
         with :class:`~podracer.core.normalisation.NormalisationFields` gets the normalisation it
-        asks for, one with :class:`~podracer.core.replay.ReplayFields` a replay buffer in its
-        slot (:func:`~podracer.core.replay.replayed`); both need the ``observation_spec``."""
+        asks for (which needs the ``observation_spec``)."""
         from podracer.core.normalisation import NormalisationFields, normalised
-        from podracer.core.replay import ReplayFields, replayed
 
         if takes_num_updates(self.make_agent):
             agent = self.make_agent(config, action_spec, num_updates=num_updates)
@@ -97,10 +97,6 @@ class AgentSpec(NamedTuple):
             agent = self.make_agent(config, action_spec)
         if isinstance(config, NormalisationFields):
             agent = normalised(agent, config, observation_spec, getattr(config, "gamma", 0.99))
-        if isinstance(config, ReplayFields):
-            if observation_spec is None:
-                raise ValueError(f"{self.name}: a replay buffer needs the observation spec")
-            agent = replayed(agent, config, observation_spec)
         return agent, self.make_optimizer(config, num_updates)
 
 

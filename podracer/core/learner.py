@@ -7,7 +7,8 @@ over it with ``lax.pmean``. Every loop builds its learner here and only chooses 
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.flatten_util
@@ -16,26 +17,261 @@ import optax
 
 from podracer.config import ConfigValueError
 from podracer.ops import varying_axes
-from podracer.types import Agent, Learner, LearnerState, Trajectory
+from podracer.types import Agent, Learner, LearnerState, LossOutput, MeanFn, Metrics, Trajectory
 
 AGENT_STATE_STREAM = 3
 """``fold_in`` index of the agent state's key in the learner's init key (the params and the
 learner's own key come from ``split``)."""
 
 
+class Parts(NamedTuple):
+    """What the skeleton gives a learner's body (:func:`learner_skeleton`): the one gradient
+    step, and the layout's loop and reductions."""
+
+    sgd_step: Callable[..., tuple[Any, Any, LossOutput]]
+    """``sgd_step(params, opt_state, minibatch, key, *, steps_per_sample=1, as_batch=None) ->
+    (params, opt_state, LossOutput)``: ``grad(agent.loss)`` of the minibatch (its leaves share
+    a leading sample axis; ``as_batch(slice)`` makes what the loss takes of it, by default the
+    slice itself), accumulated over the layout's gradient slices, averaged over the data axis
+    and applied by the optimizer. The output's metrics have ``grad_norm``; its priorities (a
+    replay loss's) are the minibatch's, slices concatenated."""
+    scan: Callable[..., Any]  # lax.scan, or the layout's Python loop (unroll=True)
+    mean_fn: MeanFn  # the mean over the whole batch, every device
+    pmean: Callable[[Any], Any]  # the mean over the data axis (identity on one device)
+    axis_name: str | None
+
+
+class Fit(NamedTuple):
+    """What a learner's body changes between init and finish (one device's view)."""
+
+    params: Any
+    opt_state: Any
+    agent_state: Any  # this device's agent state (one_device), after prepare
+    replay: Any  # this device's replay buffer; () without replay
+
+
+Body = Callable[[Parts, Fit, Any, Trajectory, jax.Array], tuple[Fit, Metrics]]
+"""``body(parts, fit, batch, traj, key) -> (fit, metrics)``: what a learner does with
+``prepare``'s ``batch`` between init and finish; ``metrics`` are averaged over every axis and
+over the devices by the skeleton."""
+
+
+def learner_skeleton(
+    agent: Agent,
+    optimizer: optax.GradientTransformation,
+    body: Body,
+    *,
+    axis_name: str | None = None,
+    unroll: int | bool = 1,
+    microbatch_steps: int = 0,
+    init_replay: Callable[[Any, Any], Any] | None = None,
+) -> Learner:
+    """The one learner: ``init`` and ``update`` around a ``body``.
+
+    ``init(key, example_obs)``: the params (``agent.init``), the optimizer state, the learner's
+    key, the update count, the agent's slot (``agent.init_state``; per device with
+    ``Agent.state_per_device``) and, with ``init_replay(params, example_obs)``, each device's
+    replay buffer.
+
+    ``update(state, traj)``:
+
+    1. ``batch = agent.prepare(params, agent_state, traj, mean_fn)``: targets or items from the
+       trajectory ``[T, B]``, ``mean_fn`` averaging over the whole batch (``axis_name`` too);
+    2. ``body``: the gradient steps (:class:`Parts` gives the one ``sgd_step``: gradient,
+       ``lax.pmean`` over ``axis_name``, optax update);
+    3. ``agent_state = agent.update_state(agent_state, new_params, traj, mean_fn)``: the agent's
+       own slot (a target network, statistics), kept equal on every device by ``mean_fn``, or
+       each device's own with ``Agent.state_per_device``.
+
+    Metrics are the body's, averaged over its steps and the devices. ``unroll`` is the ``unroll``
+    of the body's loops (``True``: Python loops, straight-line code), ``microbatch_steps`` the
+    gradient slices (see :func:`make_learner`).
+    """
+    if microbatch_steps < 0:
+        raise ValueError(f"make_learner: microbatch_steps={microbatch_steps} must be >= 0")
+
+    def pmean(x):
+        return jax.lax.pmean(x, axis_name) if axis_name is not None else x
+
+    def own(agent_state):
+        return one_device(agent, agent_state)
+
+    def shared(agent_state):
+        return (
+            jax.tree.map(lambda x: x[None], agent_state) if agent.state_per_device else agent_state
+        )
+
+    def mean_fn(x):
+        return pmean(jnp.mean(x))
+
+    def init(key, example_obs) -> LearnerState:
+        params_key, state_key = jax.random.split(key)
+        params = agent.init(params_key, example_obs)
+        replay = () if init_replay is None else init_replay(params, example_obs)
+        return LearnerState(
+            params=params,
+            opt_state=optimizer.init(params),
+            key=state_key,
+            update_count=jnp.zeros((), jnp.int32),
+            agent_state=shared(
+                agent.init_state(jax.random.fold_in(key, AGENT_STATE_STREAM), params)
+            ),
+            replay=jax.tree.map(lambda x: x[None], replay),
+        )
+
+    def local(params, batch):
+        return mark_varying(params, batch, axis_name)
+
+    def loss_grad(params, batch, key):
+        grads, aux = jax.grad(agent.loss, has_aux=True)(local(params, batch), batch, key)
+        return grads, aux if isinstance(aux, LossOutput) else LossOutput(aux)
+
+    def gradient(params, minibatch, key, num_slices: int, as_batch):
+        """``grad(agent.loss)`` over the minibatch, as the mean over ``num_slices`` slices."""
+        if num_slices == 1:
+            return loss_grad(params, as_batch(minibatch), key)
+        slices = jax.tree.map(
+            lambda x: x.reshape(num_slices, x.shape[0] // num_slices, *x.shape[1:]), minibatch
+        )
+        keys = jax.random.split(key, num_slices)
+
+        def one(i_or_slice, key):
+            return loss_grad(params, as_batch(i_or_slice), key)
+
+        # The first slice outside the loop: its gradients (typed like every slice's inside
+        # shard_map) are the accumulator's initial value.
+        first, first_out = one(jax.tree.map(lambda x: x[0], slices), keys[0])
+
+        def accumulate(total, slice_and_key):
+            grads, out = one(*slice_and_key)
+            return jax.tree.map(jnp.add, total, grads), out
+
+        rest = jax.tree.map(lambda x: x[1:], (slices, keys))
+        total, outs = scan(accumulate, first, rest)
+        grads = jax.tree.map(lambda g: g / num_slices, total)
+        metrics = jax.tree.map(
+            lambda m0, m: (m0 + jnp.sum(m, axis=0)) / num_slices, first_out.metrics, outs.metrics
+        )
+        priority = jax.tree.map(
+            lambda p0, p: jnp.concatenate([p0, p.reshape(-1, *p.shape[2:])]),
+            first_out.priority,
+            outs.priority,
+        )
+        return grads, LossOutput(metrics, priority)
+
+    def num_slices(size: int, steps_per_sample: int) -> int:
+        """Slices of a minibatch of ``size`` samples: the fewest of equal size with at most
+        ``microbatch_steps`` steps each (one sample each when a sample alone is longer)."""
+        if not microbatch_steps:
+            return 1
+        most = max(1, microbatch_steps // max(1, steps_per_sample))
+        return size // max(d for d in range(1, min(most, size) + 1) if size % d == 0)
+
+    def sgd_step(params, opt_state, minibatch, key, *, steps_per_sample=1, as_batch=None):
+        size = jax.tree.leaves(minibatch)[0].shape[0]
+        slices = num_slices(size, steps_per_sample)
+        grads, out = gradient(params, minibatch, key, slices, as_batch or (lambda b: b))
+        params, opt_state, grad_norm = optimizer_step(
+            optimizer, params, opt_state, grads, axis_name
+        )
+        return params, opt_state, out._replace(metrics={**out.metrics, "grad_norm": grad_norm})
+
+    def scan(body, carry, xs):
+        """``lax.scan``, or with ``unroll=True`` a Python loop: straight-line code with no XLA
+        loop at all (``lax.scan(unroll=True)`` keeps a one-trip loop around the unrolled body,
+        and XLA:CPU runs a convolution's backward pass inside it as slowly as in any loop)."""
+        if unroll is not True:
+            return jax.lax.scan(body, carry, xs, unroll=unroll)
+        outs = []
+        for i in range(jax.tree.leaves(xs)[0].shape[0]):
+            carry, out = body(carry, jax.tree.map(lambda x, i=i: x[i], xs))
+            outs.append(out)
+        return carry, jax.tree.map(lambda *x: jnp.stack(x), *outs)
+
+    parts = Parts(sgd_step, scan, mean_fn, pmean, axis_name)
+
+    def update(state: LearnerState, traj: Trajectory):
+        key, body_key = jax.random.split(state.key)
+        agent_state = own(state.agent_state)
+        batch = agent.prepare(state.params, agent_state, traj, mean_fn)
+        replay = jax.tree.map(lambda x: x[0], state.replay)
+        fit = Fit(state.params, state.opt_state, agent_state, replay)
+        fit, metrics = body(parts, fit, batch, traj, body_key)
+        metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
+        agent_state = shared(agent.update_state(fit.agent_state, fit.params, traj, mean_fn))
+        new_state = LearnerState(
+            fit.params,
+            fit.opt_state,
+            key,
+            state.update_count + 1,
+            agent_state,
+            jax.tree.map(lambda x: x[None], fit.replay),
+        )
+        return new_state, metrics
+
+    return Learner(init=init, update=update)
+
+
+def epochs(num_epochs: int, num_minibatches: int) -> Body:
+    """The on-policy body: ``num_epochs`` passes over ``prepare``'s batch, each over a fresh
+    permutation of its sample axis cut into ``num_minibatches`` minibatches, one ``sgd_step``
+    each."""
+    if num_epochs < 1:
+        raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
+    if num_minibatches < 1:
+        raise ValueError(f"make_learner: num_minibatches={num_minibatches} must be >= 1")
+
+    def body(parts: Parts, fit: Fit, batch, traj: Trajectory, key):
+        num_samples = jax.tree.leaves(batch)[0].shape[0]
+        if num_samples % num_minibatches:
+            raise ConfigValueError(
+                f"make_learner: num_minibatches={num_minibatches} does not divide the "
+                f"{num_samples} samples of a batch on one device; choose a divisor of "
+                f"{num_samples}"
+            )
+        size = num_samples // num_minibatches
+        steps_per_sample = traj.reward.size // num_samples
+
+        def step(carry, minibatch_and_key):
+            params, opt_state, out = parts.sgd_step(
+                *carry, *minibatch_and_key, steps_per_sample=steps_per_sample
+            )
+            return (params, opt_state), out.metrics
+
+        def epoch(carry, key):
+            perm_key, loss_key = jax.random.split(key)
+            if num_minibatches == 1:
+                shuffled = batch  # one minibatch of everything: order cannot matter
+            else:
+                perm = jax.random.permutation(perm_key, num_samples)
+                shuffled = jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch)
+            minibatches = jax.tree.map(
+                lambda x: x.reshape(num_minibatches, size, *x.shape[1:]), shuffled
+            )
+            keys = jax.random.split(loss_key, num_minibatches)
+            return parts.scan(step, carry, (minibatches, keys))
+
+        (params, opt_state), metrics = parts.scan(
+            epoch, (fit.params, fit.opt_state), jax.random.split(key, num_epochs)
+        )
+        return fit._replace(params=params, opt_state=opt_state), metrics
+
+    return body
+
+
 def make_learner(
     agent: Agent,
     optimizer: optax.GradientTransformation,
     *,
-    num_epochs: int,
-    num_minibatches: int,
+    num_epochs: int = 1,
+    num_minibatches: int = 1,
     axis_name: str | None = None,
     unroll: int | bool = 1,
     microbatch_steps: int = 0,
+    envs_per_device: int = 0,
 ) -> Learner:
-    """Builds ``Learner(init, update)``.
-
-    ``update(state, traj)``:
+    """Builds ``Learner(init, update)``: :func:`learner_skeleton` around the body the agent
+    asks for. Without ``agent.replay``, epochs of minibatches (:func:`epochs`):
 
     1. ``batch = agent.prepare(params, agent_state, traj, mean_fn)`` — targets from the
        trajectory ``[T, B]``, with ``mean_fn`` averaging over the whole batch (over
@@ -43,11 +279,14 @@ def make_learner(
     2. ``num_epochs`` passes, each over a fresh permutation of the batch's sample axis cut into
        ``num_minibatches`` minibatches; for each, ``grad(agent.loss)``, ``lax.pmean`` of the
        gradients over ``axis_name`` when set, and the optax update;
-    3. ``agent_state = agent.update_state(agent_state, new_params, traj, mean_fn)``: the agent's
-       own slot (a target network, statistics), kept equal on every device by ``mean_fn``, or
-       each device's own with ``Agent.state_per_device``.
+    3. ``agent_state = agent.update_state(agent_state, new_params, traj, mean_fn)``.
 
-    Metrics are the losses' metrics averaged over epochs, minibatches and devices.
+    With ``agent.replay`` (a :class:`podracer.core.replay.Replay`), the replay body
+    (:func:`podracer.core.replay.replay_body`): ``prepare``'s items into this device's buffer,
+    then gradient steps on batches sampled from it; ``num_epochs`` and ``num_minibatches`` are
+    not used.
+
+    Metrics are the losses' metrics averaged over the gradient steps and devices.
 
     Args:
       agent: the algorithm (:class:`~podracer.types.Agent`).
@@ -71,139 +310,22 @@ def make_learner(
         a working set that fits in cache, which XLA:CPU takes much faster for an image torso
         (``benchmarks/README.md``). 0: one slice.
         Each slice's loss gets a key of its own.
+      envs_per_device: the environments of one device's share of a trajectory; what a replay
+        of windows (sequences, :class:`podracer.core.replay.Replay`) keeps a stream for each
+        (the loops give it; other learners do not use it).
     """
-    if num_epochs < 1:
-        raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
-    if num_minibatches < 1:
-        raise ValueError(f"make_learner: num_minibatches={num_minibatches} must be >= 1")
-    if microbatch_steps < 0:
-        raise ValueError(f"make_learner: microbatch_steps={microbatch_steps} must be >= 0")
+    layout = dict(axis_name=axis_name, unroll=unroll, microbatch_steps=microbatch_steps)
+    if agent.replay is not None:
+        from podracer.core.replay import replay_body, replay_init
 
-    def pmean(x):
-        return jax.lax.pmean(x, axis_name) if axis_name is not None else x
-
-    def own(agent_state):
-        return one_device(agent, agent_state)
-
-    def shared(agent_state):
-        return (
-            jax.tree.map(lambda x: x[None], agent_state) if agent.state_per_device else agent_state
+        return learner_skeleton(
+            agent,
+            optimizer,
+            replay_body(agent.replay, envs_per_device),
+            init_replay=replay_init(agent.replay, envs_per_device),
+            **layout,
         )
-
-    def mean_fn(x):
-        return pmean(jnp.mean(x))
-
-    def init(key, example_obs) -> LearnerState:
-        params_key, state_key = jax.random.split(key)
-        params = agent.init(params_key, example_obs)
-        return LearnerState(
-            params=params,
-            opt_state=optimizer.init(params),
-            key=state_key,
-            update_count=jnp.zeros((), jnp.int32),
-            agent_state=shared(
-                agent.init_state(jax.random.fold_in(key, AGENT_STATE_STREAM), params)
-            ),
-        )
-
-    def local(params, batch):
-        return mark_varying(params, batch, axis_name)
-
-    def gradient(params, minibatch, key, num_slices: int):
-        """``grad(agent.loss)`` over the minibatch, as the mean over ``num_slices`` slices."""
-        if num_slices == 1:
-            return jax.grad(agent.loss, has_aux=True)(local(params, minibatch), minibatch, key)
-        slices = jax.tree.map(
-            lambda x: x.reshape(num_slices, x.shape[0] // num_slices, *x.shape[1:]), minibatch
-        )
-        keys = jax.random.split(key, num_slices)
-
-        def one(i_or_slice, key):
-            return jax.grad(agent.loss, has_aux=True)(local(params, i_or_slice), i_or_slice, key)
-
-        # The first slice outside the loop: its gradients (typed like every slice's inside
-        # shard_map) are the accumulator's initial value.
-        first, first_metrics = one(jax.tree.map(lambda x: x[0], slices), keys[0])
-
-        def accumulate(total, slice_and_key):
-            grads, metrics = one(*slice_and_key)
-            return jax.tree.map(jnp.add, total, grads), metrics
-
-        rest = jax.tree.map(lambda x: x[1:], (slices, keys))
-        total, metrics = scan(accumulate, first, rest)
-        grads = jax.tree.map(lambda g: g / num_slices, total)
-        metrics = jax.tree.map(
-            lambda m0, m: (m0 + jnp.sum(m, axis=0)) / num_slices, first_metrics, metrics
-        )
-        return grads, metrics
-
-    def sgd_step(carry, minibatch_and_key, num_slices: int):
-        params, opt_state = carry
-        minibatch, key = minibatch_and_key
-        grads, metrics = gradient(params, minibatch, key, num_slices)
-        params, opt_state, grad_norm = optimizer_step(
-            optimizer, params, opt_state, grads, axis_name
-        )
-        return (params, opt_state), {**metrics, "grad_norm": grad_norm}
-
-    def scan(body, carry, xs):
-        """``lax.scan``, or with ``unroll=True`` a Python loop: straight-line code with no XLA
-        loop at all (``lax.scan(unroll=True)`` keeps a one-trip loop around the unrolled body,
-        and XLA:CPU runs a convolution's backward pass inside it as slowly as in any loop)."""
-        if unroll is not True:
-            return jax.lax.scan(body, carry, xs, unroll=unroll)
-        outs = []
-        for i in range(jax.tree.leaves(xs)[0].shape[0]):
-            carry, out = body(carry, jax.tree.map(lambda x, i=i: x[i], xs))
-            outs.append(out)
-        return carry, jax.tree.map(lambda *x: jnp.stack(x), *outs)
-
-    def num_slices(size: int, steps_per_sample: int) -> int:
-        """Slices of a minibatch of ``size`` samples: the fewest of equal size with at most
-        ``microbatch_steps`` steps each (one sample each when a sample alone is longer)."""
-        if not microbatch_steps:
-            return 1
-        most = max(1, microbatch_steps // max(1, steps_per_sample))
-        return size // max(d for d in range(1, min(most, size) + 1) if size % d == 0)
-
-    def update(state: LearnerState, traj: Trajectory):
-        key, epochs_key = jax.random.split(state.key)
-        own_state = own(state.agent_state)
-        batch = agent.prepare(state.params, own_state, traj, mean_fn)
-        num_samples = jax.tree.leaves(batch)[0].shape[0]
-        if num_samples % num_minibatches:
-            raise ConfigValueError(
-                f"make_learner: num_minibatches={num_minibatches} does not divide the "
-                f"{num_samples} samples of a batch on one device; choose a divisor of "
-                f"{num_samples}"
-            )
-        size = num_samples // num_minibatches
-        step = functools.partial(
-            sgd_step, num_slices=num_slices(size, traj.reward.size // num_samples)
-        )
-
-        def epoch(carry, key):
-            perm_key, loss_key = jax.random.split(key)
-            if num_minibatches == 1:
-                shuffled = batch  # one minibatch of everything: order cannot matter
-            else:
-                perm = jax.random.permutation(perm_key, num_samples)
-                shuffled = jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch)
-            minibatches = jax.tree.map(
-                lambda x: x.reshape(num_minibatches, size, *x.shape[1:]), shuffled
-            )
-            keys = jax.random.split(loss_key, num_minibatches)
-            return scan(step, carry, (minibatches, keys))
-
-        (params, opt_state), metrics = scan(
-            epoch, (state.params, state.opt_state), jax.random.split(epochs_key, num_epochs)
-        )
-        metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
-        agent_state = shared(agent.update_state(own_state, params, traj, mean_fn))
-        new_state = LearnerState(params, opt_state, key, state.update_count + 1, agent_state)
-        return new_state, metrics
-
-    return Learner(init=init, update=update)
+    return learner_skeleton(agent, optimizer, epochs(num_epochs, num_minibatches), **layout)
 
 
 def mark_varying(params, batch, axis_name: str | None):
@@ -250,23 +372,28 @@ def one_device(agent: Agent, agent_state):
 
 
 def per_device(agent: Agent, state: LearnerState, num_devices: int) -> LearnerState:
-    """``state`` (from ``Learner.init``) for ``num_devices`` devices: an agent state kept per
-    device (``Agent.state_per_device``) repeated to ``[num_devices, ...]``, each device starting
-    from the same; otherwise ``state`` itself."""
+    """``state`` (from ``Learner.init``) for ``num_devices`` devices: the replay buffer, and an
+    agent state kept per device (``Agent.state_per_device``), repeated to
+    ``[num_devices, ...]``, each device starting from the same."""
+
+    def repeat(tree):
+        return jax.tree.map(lambda x: jnp.repeat(x, num_devices, axis=0), tree)
+
+    state = state._replace(replay=repeat(state.replay))
     if not agent.state_per_device:
         return state
-    return state._replace(
-        agent_state=jax.tree.map(lambda x: jnp.repeat(x, num_devices, axis=0), state.agent_state)
-    )
+    return state._replace(agent_state=repeat(state.agent_state))
 
 
 def state_specs(agent: Agent, spec, device_spec) -> LearnerState:
     """The ``PartitionSpec`` s of a :class:`LearnerState`: ``spec`` for every field, and
-    ``device_spec`` (``spec`` with the data axis added) for an agent state kept per device."""
+    ``device_spec`` (``spec`` with the data axis added) for the replay buffers and an agent
+    state kept per device."""
     return LearnerState(
         params=spec,
         opt_state=spec,
         key=spec,
         update_count=spec,
         agent_state=device_spec if agent.state_per_device else spec,
+        replay=device_spec,
     )

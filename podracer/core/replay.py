@@ -1,47 +1,56 @@
-"""Replay in the one learner core: the off-policy learner.
+"""Replay in the one learner core: what an off-policy agent asks for, and the learner's body
+for it.
 
-An off-policy agent is an ordinary :class:`~podracer.types.Agent` whose config inherits
-:class:`ReplayFields` and whose spec's ``make_learner`` is :func:`replay_learner`:
+An off-policy agent is an ordinary :class:`~podracer.types.Agent` with a :class:`Replay` in
+``Agent.replay`` (built from the :class:`ReplayFields` its config inherits). The learner
+(:func:`podracer.core.learner.make_learner`) then keeps one buffer per learner device in
+:attr:`~podracer.types.LearnerState.replay` (checkpointed with the rest), made from the item the
+agent declares (``Replay.item``: shapes, never probed), and:
 
-- ``prepare(params, agent_state, traj, mean_fn) -> items``: what to store, one item per
-  transition along a leading axis (for DQN: ``obs``, the action, the n-step return, its
-  discount and the observation it bootstraps from, computed inside the trajectory so that no
-  target crosses an episode's end and a truncation bootstraps from its ``final_obs``);
-- ``loss(params, batch: ReplayBatch, key) -> (loss, metrics)``: ``batch.items`` the sampled
-  items ``[b, ...]``, ``batch.weights [b]`` their importance weights (1 without
-  prioritisation; weigh each sample's loss by them), ``batch.agent_state`` the agent's own
-  slot (a target network). ``metrics["priority"] [b]``, when the loss gives it, becomes the
-  sampled items' new priorities (``|TD error|``); it is not logged.
+- ``prepare(params, agent_state, traj, mean_fn)`` returns what to add. Two kinds:
 
-``update(state, traj)`` adds the trajectory's items to this device's buffer, then takes
+  - **items** (``Replay.window == 0``): independent items ``[N, ...]``, for DQN and SAC an
+    n-step transition each (``obs``, the action, the n-step return, its discount and the
+    observation it bootstraps from), computed inside the trajectory so that no target crosses
+    an episode's end and a truncation bootstraps from its ``final_obs``
+    (:func:`n_step_items`);
+  - **windows** (``Replay.window == L``): the trajectory's steps ``[T, B, ...]``, added to one
+    stream per environment; a sample is ``L`` consecutive steps of one environment, starting
+    every ``Replay.period`` steps, and a window may span rollouts (R2D2's sequences, with the
+    actor state at their start).
+
+- ``loss(params, batch: ReplayBatch, key) -> (loss, LossOutput(metrics, priority))``:
+  ``batch.items`` the sampled items ``[b, ...]`` (or windows ``[b, L, ...]``),
+  ``batch.weights [b]`` their importance weights (1 without prioritisation; weigh each
+  sample's loss by them), ``batch.agent_state`` the agent's own slot (a target network);
+  ``priority [b]`` (e.g. ``|TD error|``) becomes the samples' new priorities.
+
+``update(state, traj)`` adds ``prepare``'s items to this device's buffer, then takes
 ``round(replay_ratio * steps)`` gradient steps (``steps``: the environment steps of the update
-on every device together), each on a batch of ``batch_size / D`` items sampled by every one of
+on every device together), each on a batch of ``batch_size / D`` samples drawn by every one of
 the ``D`` learner devices from its own buffer, the gradients averaged over devices as for PPO;
-no step changes anything until every buffer holds ``learning_starts`` items. Then the agent's
-``update_state`` (once per update, as for every agent). The buffers are ``flashbax`` item
-buffers, sampled uniformly or in proportion to priorities (:class:`PrioritisedBuffer`; Schaul
-et al., 2016, https://arxiv.org/abs/1511.05952), held in the agent's slot of the learner state,
-one per learner device (``Agent.state_per_device``), so they are checkpointed with the rest.
+no step changes anything until every buffer holds ``learning_starts`` steps (and, for windows,
+one whole window). Then the agent's ``update_state`` (once per update, as for every agent).
+Samples are drawn uniformly or in proportion to priorities (Schaul et al., 2016,
+https://arxiv.org/abs/1511.05952). Storage is flashbax's: its item buffer for items, its
+trajectory buffer for windows; the sampling of windows and every priority are kept here
+(flashbax's prioritised buffers keep a sum tree that does not trace inside ``shard_map`` with
+JAX 0.10's varying-axes check, and its trajectory buffer's uniform sample returns no indices to
+set priorities at).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
-from podracer.config import ConfigValueError, check_positive, check_range
-from podracer.core.learner import (
-    AGENT_STATE_STREAM,
-    mark_varying,
-    one_device,
-    optimizer_step,
-)
-from podracer.types import Agent, Learner, LearnerState, ObservationSpec, Trajectory
+from podracer.config import ConfigError, ConfigValueError, check_positive, check_range
+from podracer.core.learner import Fit, Parts
+from podracer.types import Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,12 +89,23 @@ class ReplayFields:
             )
 
 
-class ReplayState(NamedTuple):
-    """The slot of a :func:`replayed` agent, per learner device: its buffer and the agent's
-    own state."""
+class Replay(NamedTuple):
+    """What an off-policy agent asks of the learner (``Agent.replay``): a buffer of the items
+    it declares, per learner device, and batches sampled from it.
 
-    buffer: Any  # a flashbax item buffer's state (capacity buffer_size)
-    agent: Any
+    ``item(example_obs) -> one item``: the ``jax.ShapeDtypeStruct`` s of one stored item (of
+    one step of one environment, for windows), from one observation's shape and dtype (a
+    ``jax.ShapeDtypeStruct``); ``prepare`` must return items of exactly these shapes, with a
+    leading ``[N]`` (items) or ``[T, B]`` (windows), or the update stops with an error naming
+    the difference. ``window``: 0 for independent items; ``L > 0`` for windows of ``L``
+    consecutive steps of one environment, starting every ``period`` steps. ``buffer``
+    replaces the item buffer (``buffer(sample_batch_size)``, flashbax's interface; tests)."""
+
+    config: ReplayFields
+    item: Callable[[jax.ShapeDtypeStruct], Any]
+    window: int = 0
+    period: int = 1
+    buffer: Callable[[int], Any] | None = None
 
 
 class ReplayBatch(NamedTuple):
@@ -206,58 +226,6 @@ def stored(buffer_state) -> jax.Array:
     return jnp.where(buffer_state.is_full, capacity, buffer_state.current_index)
 
 
-def example_items(agent: Agent, params, agent_state, observation_spec: ObservationSpec):
-    """One item of ``agent.prepare`` (shapes and dtypes), from a trajectory of one step of
-    one environment acted with ``agent`` on a zero observation."""
-    obs = jnp.zeros((1, 1, *observation_spec.shape), observation_spec.dtype)
-
-    def items(params, agent_state):
-        acting = agent.actor_params(params, agent_state)
-        actor_state = agent.initial_actor_state(1)
-        _, out = agent.act(acting, actor_state, obs[0], jax.random.key(0))
-        traj = Trajectory(
-            obs=obs,
-            reward=jnp.zeros((1, 1)),
-            terminated=jnp.zeros((1, 1), bool),
-            truncated=jnp.zeros((1, 1), bool),
-            bootstrap_obs=obs,
-            behaviour=jax.tree.map(lambda x: x[None], out),
-            actor_state=jax.tree.map(lambda x: x[None], actor_state),
-        )
-        return agent.prepare(params, agent_state, traj, jnp.mean)
-
-    shapes = jax.eval_shape(items, params, agent_state)
-    return jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
-
-
-def replayed(agent: Agent, config: ReplayFields, observation_spec: ObservationSpec) -> Agent:
-    """``agent`` with a replay buffer in its slot (:class:`ReplayState`, per learner device):
-    what :func:`replay_learner` trains. ``prepare`` gives the items to store; the actors and
-    ``update_state`` see the agent's own state."""
-
-    def init_state(key, params):
-        inner = agent.init_state(key, params)
-        item = example_items(agent, params, inner, observation_spec)
-        return ReplayState(make_buffer(config, 1).init(item), inner)
-
-    def update_state(state: ReplayState, params, traj, mean_fn):
-        return state._replace(agent=agent.update_state(state.agent, params, traj, mean_fn))
-
-    def prepare(params, state: ReplayState, traj, mean_fn):
-        return agent.prepare(params, state.agent, traj, mean_fn)
-
-    def actor_params(params, state: ReplayState):
-        return agent.actor_params(params, state.agent)
-
-    return agent._replace(
-        init_state=init_state,
-        update_state=update_state,
-        prepare=prepare,
-        actor_params=actor_params,
-        state_per_device=True,
-    )
-
-
 def importance_weights(probabilities, size, beta: float, axis_name: str | None = None):
     """``w_i = (N P(i)) ** -beta / max_j w_j`` of samples drawn with probabilities
     ``P(i) [b]`` from ``N = size`` items; the maximum over every device's batch."""
@@ -321,41 +289,193 @@ def gradient_steps(config: ReplayFields, steps_per_update: int) -> int:
     return max(1, round(config.replay_ratio * steps_per_update))
 
 
-def replay_learner(
-    agent: Agent,
-    optimizer: optax.GradientTransformation,
-    config: ReplayFields,
-    *,
-    axis_name: str | None = None,
-    buffer=None,
-    **layout: Any,
-) -> Learner:
-    """The off-policy learner of a :func:`replayed` agent (an ``AgentSpec.make_learner``): see
-    the module's docstring. ``axis_name`` is the data-parallel axis (None on one device);
-    ``buffer(sample_batch_size)`` replaces flashbax's (tests); the loop's other ``layout``
-    options (unroll, microbatches) are for the epochs learner and are not used."""
-    del layout
-    make = buffer or (lambda size: make_buffer(config, size))
+def check_items(replay: Replay, items, example_obs, leading: tuple[int, ...]) -> None:
+    """Raises a :class:`ConfigError` when ``prepare``'s ``items`` are not ``leading`` axes of
+    the item the agent declared (``Replay.item``)."""
+    declared = replay.item(example_obs)
+    got = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), items)
+    want = jax.tree.map(lambda x: jax.ShapeDtypeStruct((*leading, *x.shape), x.dtype), declared)
+    if jax.tree.structure(got) != jax.tree.structure(want):
+        raise ConfigError(
+            f"the agent's prepare returned items of structure {jax.tree.structure(got)}, not "
+            f"the declared Replay.item's {jax.tree.structure(want)}"
+        )
+    for (path, g), w in zip(
+        jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), strict=True
+    ):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            declared = w.shape[len(leading) :]
+            raise ConfigError(
+                f"the agent's prepare returned {jax.tree_util.keystr(path)} of shape "
+                f"{g.shape} and dtype {g.dtype}; its Replay.item declares {declared} "
+                f"{w.dtype} (with leading axes {leading})"
+            )
 
-    def pmean(x):
-        return jax.lax.pmean(x, axis_name) if axis_name is not None else x
 
-    def mean_fn(x):
-        return pmean(jnp.mean(x))
+class WindowState(NamedTuple):
+    """A buffer of windows: one stream of steps per environment and a priority per window."""
 
-    def init(key, example_obs) -> LearnerState:
-        params_key, state_key = jax.random.split(key)
-        params = agent.init(params_key, example_obs)
-        slot = agent.init_state(jax.random.fold_in(key, AGENT_STATE_STREAM), params)
-        return LearnerState(
-            params=params,
-            opt_state=optimizer.init(params),
-            key=state_key,
-            update_count=jnp.zeros((), jnp.int32),
-            agent_state=jax.tree.map(lambda x: x[None], slot),
+    steps: Any  # flashbax TrajectoryBufferState: experience [E, C, ...], current_index, is_full
+    priorities: jax.Array  # f32 [E, C // period]: each window start's (0 where no window)
+    max_priority: jax.Array  # f32 []: new windows get the largest priority seen so far
+
+
+class WindowBuffer(NamedTuple):
+    """Windows of ``L`` consecutive steps of one environment's stream (:func:`window_buffer`):
+    ``init(step)``, ``add(state, steps [T, E, ...])``, ``sample(state, key) ->
+    PrioritisedSample`` (``experience [b, L, ...]``), ``set_priorities(state, indices,
+    priorities)``, ``stored(state)`` (steps held), ``windows(state)`` (windows that can be
+    sampled)."""
+
+    init: Any
+    add: Any
+    sample: Any
+    set_priorities: Any
+    stored: Any
+    windows: Any
+
+
+def window_capacity(config: ReplayFields, num_envs: int, window: int, period: int) -> int:
+    """Steps kept per environment: ``buffer_size`` over the environments, rounded up to a
+    multiple of ``period`` (so window starts keep their places as the ring turns), at least
+    one window."""
+    per_env = max(-(-config.buffer_size // num_envs), window)
+    return -(-per_env // period) * period
+
+
+def window_buffer(
+    config: ReplayFields, window: int, period: int, num_envs: int, sample_batch_size: int
+) -> WindowBuffer:
+    """The buffer of ``window``-step windows for ``num_envs`` environment streams per device.
+
+    Each environment's steps go into a ring of ``C`` (:func:`window_capacity`) steps, in time
+    order (flashbax's trajectory buffer). A window starts at a ring position that is a
+    multiple of ``period``; it can be sampled when its ``L`` steps are written and the newest
+    step is not inside it (so it never spans the ring's seam, where the newest step meets the
+    oldest, and never mixes environments). A window gets the largest priority seen so far when
+    it becomes whole, keeps its priority while its steps stay in the ring, and loses it when
+    they are overwritten. Uniform replay samples every whole window alike."""
+    import flashbax as fbx
+
+    capacity = window_capacity(config, num_envs, window, period)
+    starts = capacity // period
+    streams = fbx.make_trajectory_buffer(
+        add_batch_size=num_envs,
+        sample_batch_size=1,
+        sample_sequence_length=window,
+        period=period,
+        min_length_time_axis=window,
+        max_length_time_axis=capacity,
+    )
+    position = jnp.arange(starts) * period  # each window's first ring position
+
+    def whole(steps) -> jax.Array:
+        """bool [starts]: the windows that can be sampled."""
+        written = steps.is_full | (position < steps.current_index)
+        to_newest = (steps.current_index - 1 - position) % capacity
+        return written & (to_newest >= window - 1)
+
+    def init(step):
+        return WindowState(
+            streams.init(step),
+            jnp.zeros((num_envs, starts), jnp.float32),
+            jnp.ones((), jnp.float32),
         )
 
-    def update(state: LearnerState, traj: Trajectory):
+    def add(state: WindowState, steps):
+        length = jax.tree.leaves(steps)[0].shape[0]
+        if length > capacity:
+            raise ConfigError(
+                f"replay: a trajectory of {length} steps does not fit the {capacity} steps per "
+                f"environment that buffer_size={config.buffer_size} gives {num_envs} "
+                "environments per device; raise buffer_size"
+            )
+        before = whole(state.steps)
+        overwritten = (position - state.steps.current_index) % capacity < length
+        new = streams.add(state.steps, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps))
+        after = whole(new)
+        fresh = after & (overwritten | ~before)
+        priorities = jnp.where(
+            fresh[None], state.max_priority, jnp.where(after[None], state.priorities, 0.0)
+        )
+        return WindowState(new, priorities, state.max_priority)
+
+    def sample(state: WindowState, key):
+        weights = state.priorities if config.prioritised else (state.priorities > 0)
+        weights = weights.astype(jnp.float32).reshape(-1)
+        if config.prioritised:
+            weights = weights**config.priority_exponent
+        cdf = jnp.cumsum(weights)
+        draws = jax.random.uniform(key, (sample_batch_size,)) * cdf[-1]
+        indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), weights.size - 1)
+        env, start = indices // starts, (indices % starts) * period
+        time = (start[:, None] + jnp.arange(window)) % capacity
+        experience = jax.tree.map(lambda x: x[env[:, None], time], state.steps.experience)
+        return PrioritisedSample(experience, indices, weights[indices] / cdf[-1])
+
+    def set_priorities(state: WindowState, indices, priorities):
+        flat = state.priorities.reshape(-1).at[indices].set(priorities)
+        return state._replace(
+            priorities=flat.reshape(state.priorities.shape),
+            max_priority=jnp.maximum(state.max_priority, jnp.max(priorities)),
+        )
+
+    def stored(state: WindowState):
+        steps = jnp.where(state.steps.is_full, capacity, state.steps.current_index)
+        return steps * num_envs
+
+    def windows(state: WindowState):
+        return jnp.sum(whole(state.steps)) * num_envs
+
+    return WindowBuffer(init, add, sample, set_priorities, stored, windows)
+
+
+def zeros(item) -> Any:
+    """Zero arrays of a declared item's shapes."""
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), item)
+
+
+def replay_init(replay: Replay, envs_per_device: int):
+    """``init(params, example_obs) -> buffer``: one device's empty buffer of ``replay``'s
+    declared item (what :func:`podracer.core.learner.learner_skeleton` keeps in
+    ``LearnerState.replay``)."""
+
+    def init(params, example_obs):
+        del params
+        obs = jax.ShapeDtypeStruct(jnp.shape(example_obs), jnp.result_type(example_obs))
+        item = zeros(replay.item(obs))
+        if replay.window:
+            return window_buffer_of(replay, envs_per_device, 1).init(item)
+        return item_buffer_of(replay, 1).init(item)
+
+    return init
+
+
+def item_buffer_of(replay: Replay, sample_batch_size: int):
+    if replay.buffer is not None:
+        return replay.buffer(sample_batch_size)
+    return make_buffer(replay.config, sample_batch_size)
+
+
+def window_buffer_of(replay: Replay, envs_per_device: int, sample_batch_size: int):
+    if envs_per_device < 1:
+        raise ValueError(
+            "make_learner: a replay of windows keeps one stream per environment and needs "
+            f"envs_per_device (the environments of one device's share), not {envs_per_device}"
+        )
+    return window_buffer(
+        replay.config, replay.window, replay.period, envs_per_device, sample_batch_size
+    )
+
+
+def replay_body(replay: Replay, envs_per_device: int = 0):
+    """The replay learner's body (:data:`podracer.core.learner.Body`): ``prepare``'s items into
+    this device's buffer, then ``round(replay_ratio * steps)`` gradient steps on sampled
+    batches (see the module's docstring)."""
+    config = replay.config
+
+    def body(parts: Parts, fit: Fit, items, traj: Trajectory, key):
+        axis_name = parts.axis_name
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
         if config.batch_size % num_devices:
             raise ConfigValueError(
@@ -363,81 +483,89 @@ def replay_learner(
                 f"devices: it must be a multiple of {num_devices}"
             )
         per_device = config.batch_size // num_devices
-        buffer_fns = make(per_device)
-        key, steps_key = jax.random.split(state.key)
-        own: ReplayState = one_device(agent, state.agent_state)
-        items = agent.prepare(state.params, own, traj, mean_fn)
-        buffer_state = buffer_fns.add(own.buffer, items)
-        ready = jnp.all(stored(buffer_state) >= config.learning_starts)
+        example_obs = jax.ShapeDtypeStruct(traj.obs.shape[2:], traj.obs.dtype)
+        if replay.window:
+            num_envs = traj.reward.shape[1]
+            if num_envs != envs_per_device:
+                raise ConfigValueError(
+                    f"replay: the learner keeps {envs_per_device} environment streams per "
+                    f"device but a trajectory brings {num_envs}"
+                )
+            check_items(replay, items, example_obs, traj.reward.shape)
+            buffer = window_buffer_of(replay, envs_per_device, per_device)
+            buffer_state = buffer.add(fit.replay, items)
+            held = buffer.stored(buffer_state)
+            ready = (held >= config.learning_starts) & (buffer.windows(buffer_state) > 0)
+            size = buffer.windows(buffer_state)
+        else:
+            check_items(replay, items, example_obs, jax.tree.leaves(items)[0].shape[:1])
+            buffer = item_buffer_of(replay, per_device)
+            buffer_state = buffer.add(fit.replay, items)
+            held = size = stored(buffer_state)
+            ready = jnp.all(held >= config.learning_starts)
         if axis_name is not None:
             ready = jax.lax.pmin(ready.astype(jnp.int32), axis_name) > 0
         num_steps = gradient_steps(config, traj.reward.size * num_devices)
         device = 0 if axis_name is None else jax.lax.axis_index(axis_name)
 
+        def as_batch(sample):
+            experience, weights = sample
+            return ReplayBatch(experience, weights, fit.agent_state)
+
         def step(carry, key):
             params, opt_state, buffer_state = carry
             sample_key, loss_key = jax.random.split(jax.random.fold_in(key, device))
-            sample = buffer_fns.sample(buffer_state, sample_key)
+            sample = buffer.sample(buffer_state, sample_key)
             if config.prioritised:
                 weights = importance_weights(
-                    sample.probabilities,
-                    stored(buffer_state),
-                    config.importance_exponent,
-                    axis_name,
+                    sample.probabilities, size, config.importance_exponent, axis_name
                 )
             else:
                 weights = jnp.ones((per_device,), jnp.float32)
-            batch = ReplayBatch(sample.experience, weights, own.agent)
-            grads, metrics = jax.grad(agent.loss, has_aux=True)(
-                mark_varying(params, batch, axis_name), batch, loss_key
-            )
-            metrics = dict(metrics)
-            priority = metrics.pop("priority", None)
-            new_params, new_opt_state, grad_norm = optimizer_step(
-                optimizer, params, opt_state, grads, axis_name
+            new_params, new_opt_state, out = parts.sgd_step(
+                params,
+                opt_state,
+                (sample.experience, weights),
+                loss_key,
+                steps_per_sample=max(1, replay.window),
+                as_batch=as_batch,
             )
             # Before the buffers hold learning_starts items the step changes nothing and its
             # numbers (a loss on unfilled slots) mean nothing: they read 0.
             metrics = {
                 name: jnp.where(ready, value, jnp.zeros_like(value))
-                for name, value in {**metrics, "grad_norm": grad_norm}.items()
+                for name, value in out.metrics.items()
             }
             params, opt_state = jax.tree.map(
                 lambda new, old: jnp.where(ready, new, old),
                 (new_params, new_opt_state),
                 (params, opt_state),
             )
-            if config.prioritised and priority is not None:
-                new_priorities = jnp.abs(priority) + 1e-6
-                updated = buffer_fns.set_priorities(buffer_state, sample.indices, new_priorities)
+            if config.prioritised:
+                if isinstance(out.priority, tuple):
+                    raise ConfigError(
+                        "prioritised replay needs the agent's loss to return "
+                        "(loss, LossOutput(metrics, priority)) with a priority per sample"
+                    )
+                new_priorities = jnp.abs(out.priority) + 1e-6
+                updated = buffer.set_priorities(buffer_state, sample.indices, new_priorities)
                 buffer_state = jax.tree.map(
                     lambda new, old: jnp.where(ready, new, old), updated, buffer_state
                 )
             return (params, opt_state, buffer_state), metrics
 
+        # A lax loop whatever the layout: the number of steps follows replay_ratio, and
+        # straight-line code of that many steps would take minutes to compile.
         (params, opt_state, buffer_state), metrics = jax.lax.scan(
             step,
-            (state.params, state.opt_state, buffer_state),
-            jax.random.split(steps_key, num_steps),
+            (fit.params, fit.opt_state, buffer_state),
+            jax.random.split(key, num_steps),
         )
-        metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
-        metrics["replay_ready"] = ready.astype(jnp.float32)
-        metrics["buffer_items"] = pmean(stored(buffer_state).astype(jnp.float32))
-        slot = agent.update_state(own._replace(buffer=buffer_state), params, traj, mean_fn)
-        new_state = LearnerState(
-            params,
-            opt_state,
-            key,
-            state.update_count + 1,
-            jax.tree.map(lambda x: x[None], slot),
-        )
-        return new_state, metrics
+        metrics = {
+            **metrics,
+            "replay_ready": ready.astype(jnp.float32),
+            "buffer_items": held.astype(jnp.float32),
+        }
+        return fit._replace(params=params, opt_state=opt_state, replay=buffer_state), metrics
 
-    return Learner(init=init, update=update)
-
-
-def buffer_bytes(item, buffer_size: int) -> int:
-    """Bytes of a buffer of ``buffer_size`` items like ``item``."""
-    return buffer_size * sum(
-        math.prod(x.shape) * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(item)
-    )
+    return body

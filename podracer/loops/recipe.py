@@ -48,14 +48,18 @@ class Recipe(NamedTuple):
         optimizer: optax.GradientTransformation | None = None,
         *,
         axis_name: str | None = None,
+        envs_per_device: int = 0,
     ) -> Learner:
         """The agent's learner core (its spec's ``make_learner``) in this recipe's layout;
-        ``agent`` and ``optimizer`` default to the recipe's (a member passes its own)."""
+        ``agent`` and ``optimizer`` default to the recipe's (a member passes its own).
+        ``envs_per_device``: the environments of one learner device's share of a trajectory
+        (what a replay of windows keeps a stream for)."""
         return self.agent_spec.make_learner(
             self.agent if agent is None else agent,
             self.optimizer if optimizer is None else optimizer,
             self.agent_config,
             axis_name=axis_name,
+            envs_per_device=envs_per_device,
             **self.layout._asdict(),
         )
 

@@ -488,7 +488,7 @@ def compile_run(
         )
     traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
     specs, state_sharding = learner_placement(agent, learner_mesh)
-    learner = recipe.learner(axis_name=DATA_AXIS)
+    learner = recipe.learner(axis_name=DATA_AXIS, envs_per_device=envs_per_device(config))
 
     def update_all(state, trajs):
         traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
@@ -786,13 +786,19 @@ def init_state(
     process makes its part of it; a checkpoint restores into it in place)."""
     mesh = make_learner_mesh(config, devices)
     _, sharding = learner_placement(recipe.agent, mesh)
-    learner = recipe.learner(axis_name=DATA_AXIS)
+    learner = recipe.learner(axis_name=DATA_AXIS, envs_per_device=envs_per_device(config))
     return jax.jit(
         lambda obs: per_device(
             recipe.agent, learner.init(jax.random.key(seed), obs), mesh.devices.size
         ),
         out_shardings=sharding,
     )(recipe.example_obs())
+
+
+def envs_per_device(config: SebulbaConfig) -> int:
+    """The environments of one learner device's share of an update's trajectories: every
+    actor's of every process, split over the learner devices of every process."""
+    return config.num_actors * config.envs_per_actor // len(config.learner_device_ids)
 
 
 def _join(threads) -> None:
