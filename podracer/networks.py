@@ -283,3 +283,123 @@ class QNetwork(nn.Module):
         value = nn.Dense(1)(x)
         advantage = nn.Dense(self.num_actions)(x)
         return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
+
+
+MEMORIES = ("none", "gru", "lstm")
+"""The ``memory`` of a network: none (feed-forward), or a recurrent cell after the torso."""
+
+
+def make_cell(memory: str, size: int) -> nn.Module:
+    """flax's recurrent cell of ``memory`` (``gru``: :class:`flax.linen.GRUCell`; ``lstm``:
+    :class:`flax.linen.OptimizedLSTMCell`) with ``size`` features."""
+    if memory == "gru":
+        return nn.GRUCell(size)
+    if memory == "lstm":
+        return nn.OptimizedLSTMCell(size)
+    raise ConfigValueError(f"memory={memory!r} has no cell: choose one of gru, lstm")
+
+
+def initial_carry(memory: str, size: int, batch: int):
+    """The cell's carry at an episode's start, ``[batch, size]`` zeros (``(c, h)`` for an
+    LSTM, flax's layout)."""
+    zeros = jnp.zeros((batch, size), jnp.float32)
+    return zeros if memory == "gru" else (zeros, zeros)
+
+
+class RecurrentActorCritic(nn.Module):
+    """Actor-critic with memory: ``obs [N, ...] -> torso -> recurrent cell -> (policy, value)``.
+
+    One torso (:func:`make_torso`) feeds the cell (:func:`make_cell`), whose output feeds a
+    linear policy head (logits, or a Gaussian's mean and log standard deviation as in
+    :class:`ActorCritic`) and a linear value head. The learner calls the parts apart
+    (:mod:`podracer.core.memory`): :meth:`embed` over a whole trajectory at once, :meth:`core`
+    step by step, :meth:`heads` over the whole trajectory again; ``__call__(carry, obs)`` is one
+    step of all three. PureJaxRL's ``ppo_rnn.py`` has the same shape (an embedding, a GRU, two
+    heads).
+    """
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    torso: str = "mlp"
+    channels_first: bool = True
+    continuous: bool = False
+    state_dependent_std: bool = False
+    memory: str = "gru"
+    memory_size: int = 128
+
+    def setup(self):
+        self.body = make_torso(self.torso, self.hidden_sizes, self.activation, self.channels_first)
+        self.cell = make_cell(self.memory, self.memory_size)
+        self.policy_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
+        self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
+        if self.continuous and self.state_dependent_std:
+            self.log_std_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
+        elif self.continuous:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
+
+    def __call__(self, carry, obs):
+        carry, h = self.core(carry, self.embed(obs))
+        return carry, self.heads(h)
+
+    def embed(self, obs):
+        return self.body(obs)
+
+    def core(self, carry, x):
+        return self.cell(carry, x)
+
+    def heads(self, h):
+        return self.policy(h), self.value(h)
+
+    def policy(self, h):
+        out = self.policy_head(h)
+        if not self.continuous:
+            return out
+        if self.state_dependent_std:
+            return out, self.log_std_head(h)
+        return out, jnp.broadcast_to(self.log_std, out.shape)
+
+    def value(self, h):
+        return self.value_head(h)[..., 0]
+
+
+class RecurrentQNetwork(nn.Module):
+    """A Q-network with memory: ``obs [N, ...] -> torso -> recurrent cell -> q-values [N, A]``
+    (the torso as :class:`QNetwork`'s, with a LayerNorm before each activation with
+    ``layer_norm``; a linear or dueling head). Its parts as :class:`RecurrentActorCritic`'s:
+    :meth:`embed`, :meth:`core`, :meth:`heads`."""
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "relu"
+    layer_norm: bool = False
+    torso: str = "mlp"
+    channels_first: bool = True
+    dueling: bool = False
+    memory: str = "gru"
+    memory_size: int = 128
+
+    def setup(self):
+        self.body = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.channels_first, self.layer_norm
+        )
+        self.cell = make_cell(self.memory, self.memory_size)
+        self.q_head = nn.Dense(self.num_actions)
+        if self.dueling:
+            self.v_head = nn.Dense(1)
+
+    def __call__(self, carry, obs):
+        carry, h = self.core(carry, self.embed(obs))
+        return carry, self.heads(h)
+
+    def embed(self, obs):
+        return self.body(obs)
+
+    def core(self, carry, x):
+        return self.cell(carry, x)
+
+    def heads(self, h):
+        if not self.dueling:
+            return self.q_head(h)
+        advantage = self.q_head(h)
+        return self.v_head(h) + advantage - jnp.mean(advantage, axis=-1, keepdims=True)

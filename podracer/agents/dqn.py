@@ -35,11 +35,21 @@ from podracer.agents.policy import (
     QNetworkFields,
     epsilon_at,
     epsilon_greedy_act,
+    init_params,
+    recurrent_net,
     select,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import check_positive, check_range
-from podracer.core.replay import NStepItem, Replay, ReplayBatch, ReplayFields, n_step_items
+from podracer.config import ConfigError, check_positive, check_range
+from podracer.core import memory
+from podracer.core.replay import (
+    NStepItem,
+    Replay,
+    ReplayBatch,
+    ReplayFields,
+    n_step_items,
+    n_step_targets,
+)
 from podracer.types import ActionSpec, Agent, LossOutput, Trajectory
 
 
@@ -75,9 +85,22 @@ class DQNConfig(ReplayFields, QNetworkFields):
     """Fraction of the run's updates over which the exploration rate decays linearly."""
     max_grad_norm: float = 10.0
     """Global gradient norm clip (0 disables it)."""
+    burn_in: int = 8
+    """With memory: steps at the start of each sampled sequence that only warm up the carry
+    (no gradient), for the online and the target network alike (R2D2)."""
+    sequence_length: int = 16
+    """With memory: steps of each sampled sequence the loss trains on, after the burn-in; a
+    gradient step takes batch_size // sequence_length sequences (batch_size still counts
+    transitions)."""
+    sequence_period: int = 0
+    """With memory: sampled sequences start every this many steps of an environment's stream
+    (0: half of burn_in + sequence_length, R2D2's overlap)."""
+    priority_eta: float = 0.9
+    """With memory and prioritised replay: a sequence's priority is eta max|TD| + (1 - eta)
+    mean|TD| over its trained steps (R2D2)."""
 
     def __post_init__(self):
-        check_positive(self, "lr", "n_step", "target_period")
+        check_positive(self, "lr", "n_step", "target_period", "sequence_length")
         check_range(self, "gamma", 0.0, 1.0)
         check_range(self, "tau", 0.0, 1.0, low_open=True)
         check_range(self, "huber_delta", 0.0, None, low_open=True)
@@ -85,8 +108,27 @@ class DQNConfig(ReplayFields, QNetworkFields):
         check_range(self, "epsilon_finish", 0.0, 1.0)
         check_range(self, "epsilon_decay", 0.0, 1.0)
         check_range(self, "max_grad_norm", 0.0, None)
+        check_range(self, "burn_in", 0, None)
+        check_range(self, "sequence_period", 0, None)
+        check_range(self, "priority_eta", 0.0, 1.0)
         self.check_network()
         self.check_replay()
+        if self.memory != "none" and self.batch_size < self.sequence_length:
+            raise ConfigError(
+                f"DQNConfig.batch_size={self.batch_size} is not allowed with memory and "
+                f"sequence_length={self.sequence_length}: a gradient step takes "
+                "batch_size // sequence_length sequences, so it must be >= sequence_length"
+            )
+
+    @property
+    def window(self) -> int:
+        """Steps of a sampled sequence (with memory): the burn-in and the trained steps."""
+        return self.burn_in + self.sequence_length
+
+    @property
+    def period(self) -> int:
+        """Steps between the starts of two sampled sequences of one environment."""
+        return self.sequence_period or max(1, self.window // 2)
 
 
 class DQNState(NamedTuple):
@@ -96,10 +138,25 @@ class DQNState(NamedTuple):
     updates: jax.Array  # i32 []
 
 
+class SequenceStep(NamedTuple):
+    """One step of one environment as DQN with memory stores it (its replay's windows are
+    ``burn_in + sequence_length`` of them)."""
+
+    obs: jax.Array  # [...]
+    action: jax.Array  # i32 []
+    reward: jax.Array  # f32 []
+    terminated: jax.Array  # bool []
+    truncated: jax.Array  # bool []
+    bootstrap_obs: jax.Array  # [...]
+    actor_state: Any  # the carry act was given at this step (a window's first is its start)
+
+
 def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates: int = 1):
     """DQN as an :class:`~podracer.types.Agent` (with its replay added by the spec's build)."""
     actions = num_actions(action_spec, "dqn")
     network = config.q_network(actions, dueling=config.dueling)
+    if config.memory != "none":
+        return make_recurrent(config, network, actions, num_updates)
 
     def init(key, example_obs):
         return network.init(key, example_obs[None])
@@ -107,17 +164,6 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
     def init_state(key, params):
         del key
         return DQNState(params, jnp.zeros((), jnp.int32))
-
-    def update_state(state: DQNState, params, traj, mean_fn):
-        del traj, mean_fn
-        updates = state.updates + 1
-        due = updates % config.target_period == 0
-        target = jax.tree.map(
-            lambda t, p: jnp.where(due, config.tau * p + (1.0 - config.tau) * t, t),
-            state.target_params,
-            params,
-        )
-        return DQNState(target, updates)
 
     def actor_params(params, state: DQNState):
         return EpsilonGreedy(params, epsilon_at(config, state.updates, num_updates))
@@ -155,9 +201,146 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
         prepare=prepare,
         loss=loss,
         init_state=init_state,
-        update_state=update_state,
+        update_state=target_update(config),
         actor_params=actor_params,
         replay=Replay(config, item),
+    )
+
+
+def target_update(config: DQNConfig):
+    """``update_state``: the target network follows the params every ``target_period``
+    updates, by ``tau``."""
+
+    def update_state(state: DQNState, params, traj, mean_fn):
+        del traj, mean_fn
+        updates = state.updates + 1
+        due = updates % config.target_period == 0
+        target = jax.tree.map(
+            lambda t, p: jnp.where(due, config.tau * p + (1.0 - config.tau) * t, t),
+            state.target_params,
+            params,
+        )
+        return DQNState(target, updates)
+
+    return update_state
+
+
+def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -> Agent:
+    """DQN with memory, after R2D2 (Kapturowski et al., 2019,
+    https://openreview.net/forum?id=r1lyTjAqYX): the replay keeps each environment's stream of
+    steps with the carry act was given (windows of ``burn_in + sequence_length`` steps starting
+    every ``period``, which may span rollouts: :class:`podracer.core.replay.Replay`). The loss
+    re-runs each sampled window from its stored first carry: the first ``burn_in`` steps only
+    warm the carry up (no gradient reaches them), for the online and the target network alike;
+    on the next ``sequence_length`` steps, the n-step double-Q loss of
+    :func:`make_agent`, its targets cut at episode ends and at the window's end
+    (:func:`podracer.core.replay.n_step_targets`), each bootstrap observation valued from the
+    carry after its own step. A sequence's priority is
+    ``eta max_t |delta_t| + (1 - eta) mean_t |delta_t|``."""
+    net = recurrent_net(config, network)
+    burn_in, length = config.burn_in, config.sequence_length
+
+    def init(key, example_obs):
+        return init_params(config, network, key, example_obs)
+
+    def init_state(key, params):
+        del key
+        return DQNState(params, jnp.zeros((), jnp.int32))
+
+    def actor_params(params, state: DQNState):
+        return EpsilonGreedy(params, epsilon_at(config, state.updates, num_updates))
+
+    def prepare(params, state, traj: Trajectory, mean_fn):
+        del params, state, mean_fn
+        return SequenceStep(
+            traj.obs,
+            traj.action,
+            traj.reward,
+            traj.terminated,
+            traj.truncated,
+            traj.bootstrap_obs,
+            traj.actor_state,
+        )
+
+    def q_values(params, steps: SequenceStep, seqs: memory.Sequences):
+        """``(q [b, K, A], q of every bootstrap_obs [b, K, A])`` on the trained steps, after
+        the burn-in (whose carry no gradient crosses)."""
+        carry = seqs.carry
+        if burn_in:
+            head = memory.Sequences(carry, seqs.starts[:, :burn_in])
+            carries, _ = memory.unroll_batch(net, params, head, steps.obs[:, :burn_in])
+            carry = jax.lax.stop_gradient(jax.tree.map(lambda x: x[:, -1], carries))
+        trained = memory.Sequences(carry, seqs.starts[:, burn_in:])
+        carries, q = memory.unroll_batch(net, params, trained, steps.obs[:, burn_in:])
+        q_boot = memory.bootstrap_outputs(net, params, carries, steps.bootstrap_obs[:, burn_in:])
+        return q, q_boot
+
+    def loss(params, batch: ReplayBatch, key):
+        del key
+        steps: SequenceStep = batch.items  # [b, burn_in + K]
+        starts = memory.episode_starts(steps.terminated.T, steps.truncated.T).T
+        seqs = memory.Sequences(
+            jax.tree.map(lambda x: x[:, 0], steps.actor_state), starts.at[:, 0].set(False)
+        )
+        q, q_boot = q_values(params, steps, seqs)
+        _, q_boot_target = q_values(batch.agent_state.target_params, steps, seqs)
+        q_boot_target = jax.lax.stop_gradient(q_boot_target)
+        trained = jax.tree.map(lambda x: x[:, burn_in:], steps)
+        ret, discount, last = n_step_targets(
+            Trajectory(
+                obs=None,
+                reward=trained.reward.T,
+                terminated=trained.terminated.T,
+                truncated=trained.truncated.T,
+                bootstrap_obs=None,
+                behaviour=None,
+            ),
+            config.gamma,
+            config.n_step,
+        )
+        ret, discount, last = ret.T, discount.T, last.T  # [b, K]
+        rows = jnp.arange(last.shape[0])[:, None]
+        chooser = q_boot if config.double_q else q_boot_target
+        best = jnp.argmax(jax.lax.stop_gradient(chooser[rows, last]), axis=-1)
+        bootstrap = select(q_boot_target[rows, last], best)
+        target = jax.lax.stop_gradient(ret + discount * bootstrap)
+        q_taken = select(q, trained.action)
+        td = q_taken - target  # [b, K]
+        per_sequence = jnp.mean(optax.huber_loss(td, delta=config.huber_delta), axis=1)
+        total = jnp.mean(batch.weights * per_sequence)
+        eta = config.priority_eta
+        priority = eta * jnp.max(jnp.abs(td), axis=1) + (1.0 - eta) * jnp.mean(jnp.abs(td), 1)
+        return total, LossOutput({"loss": total, "mean_q": jnp.mean(q_taken)}, priority)
+
+    def item(obs):
+        carry = jax.eval_shape(lambda: net.initial(1))
+        return SequenceStep(
+            obs=obs,
+            action=jax.ShapeDtypeStruct((), jnp.int32),
+            reward=jax.ShapeDtypeStruct((), jnp.float32),
+            terminated=jax.ShapeDtypeStruct((), jnp.bool_),
+            truncated=jax.ShapeDtypeStruct((), jnp.bool_),
+            bootstrap_obs=obs,
+            actor_state=jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), carry),
+        )
+
+    replay = Replay(
+        config,
+        item,
+        window=config.window,
+        period=config.period,
+        batch_size=config.batch_size // length,
+    )
+    return Agent(
+        init=init,
+        act=epsilon_greedy_act(network, actions, net),
+        prepare=prepare,
+        loss=loss,
+        initial_actor_state=net.initial,
+        init_state=init_state,
+        update_state=target_update(config),
+        actor_params=actor_params,
+        replay=replay,
     )
 
 

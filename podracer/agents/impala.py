@@ -29,19 +29,27 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer.agents.policy import ActorCriticFields, learning_rate, make_act, policy_head
+from podracer.agents.policy import (
+    ActorCriticFields,
+    SequenceFields,
+    learning_rate,
+    make_act,
+    policy_head,
+    recurrent_net,
+)
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_choice, check_positive, check_range
+from podracer.core import memory
 from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, vtrace
 from podracer.networks import ActorCritic
-from podracer.types import ActionSpec, Agent, Trajectory
+from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
 
 OPTIMIZERS = ("adam", "rmsprop")
 
 
 @dataclasses.dataclass(frozen=True)
-class IMPALAConfig(ActorCriticFields, NormalisationFields):
+class IMPALAConfig(ActorCriticFields, NormalisationFields, SequenceFields):
     """IMPALA hyper-parameters (and the actor-critic's network fields).
 
     Loss weights, discount, clips, the gradient-norm clip and the linear learning-rate decay are
@@ -95,6 +103,7 @@ class IMPALAConfig(ActorCriticFields, NormalisationFields):
         check_range(self, "max_grad_norm", 0.0, None)
         self.check_network()
         self.check_normalisation()
+        self.check_sequences()
 
 
 class IMPALABatch(NamedTuple):
@@ -107,6 +116,7 @@ class IMPALABatch(NamedTuple):
     truncated: jax.Array  # bool [B, T]
     bootstrap_obs: jax.Array  # [B, T, ...]
     behaviour_log_prob: jax.Array  # f32 [B, T]: log mu(a_t | x_t)
+    sequences: memory.Sequences | tuple = ()  # with memory: first carries [B] and starts [B, T]
 
 
 def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
@@ -117,7 +127,8 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
     network = config.network(action_spec, "impala")
     head = policy_head(action_spec, "impala")
     init = config.init_network(network)
-    act = make_act(network, head)
+    net = recurrent_net(config, network) if config.memory != "none" else None
+    act = make_act(network, head, net)
 
     def prepare(params, agent_state, traj: Trajectory, mean_fn):
         del params, agent_state, mean_fn
@@ -130,7 +141,41 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
             bootstrap_obs=traj.bootstrap_obs,
             behaviour_log_prob=traj.behaviour.log_prob,
         )
-        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+        if net is None:
+            return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+        window = config.window(traj.reward.shape[0])
+        return memory.windows(batch, window)._replace(sequences=memory.sequences(traj, window))
+
+    def outputs(params, batch: IMPALABatch):
+        """``policy, v_tm1 [B, T]`` and the values of ``bootstrap_obs`` (under a
+        stop-gradient)."""
+        num_seqs, num_steps = batch.reward.shape
+
+        def flat(x):
+            return x.reshape(num_seqs * num_steps, *x.shape[2:])
+
+        def unflat(x):
+            return x.reshape(num_seqs, num_steps, *x.shape[1:])
+
+        if net is not None:  # the sequence re-run from each window's first carry
+            carries, (policy, v_tm1) = memory.unroll_batch(net, params, batch.sequences, batch.obs)
+            _, v_t = memory.bootstrap_outputs(
+                net, jax.lax.stop_gradient(params), carries, batch.bootstrap_obs
+            )
+            return jax.tree.map(flat, policy), v_tm1, jax.lax.stop_gradient(v_t)
+        policy, v_tm1 = network.apply(params, flat(batch.obs))
+        v_tm1 = unflat(v_tm1)
+        v_t = jax.lax.stop_gradient(
+            bootstrap_values(
+                functools.partial(network.apply, method=ActorCritic.value),
+                params,
+                jax.lax.stop_gradient(v_tm1),
+                batch.bootstrap_obs,
+                batch.truncated,
+                time_axis=1,
+            )
+        )
+        return policy, v_tm1, v_t
 
     def loss(params, batch: IMPALABatch, key):
         del key
@@ -142,19 +187,9 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         def unflat(x):
             return x.reshape(num_seqs, num_steps, *x.shape[1:])
 
-        policy, v_tm1 = network.apply(params, flat(batch.obs))
+        policy, v_tm1, v_t = outputs(params, batch)
         log_prob, entropy = head.log_prob_and_entropy(policy, flat(batch.action))
-        log_prob, entropy, v_tm1 = unflat(log_prob), unflat(entropy), unflat(v_tm1)
-        v_t = jax.lax.stop_gradient(
-            bootstrap_values(
-                functools.partial(network.apply, method=ActorCritic.value),
-                params,
-                jax.lax.stop_gradient(v_tm1),
-                batch.bootstrap_obs,
-                batch.truncated,
-                time_axis=1,
-            )
-        )
+        log_prob, entropy = unflat(log_prob), unflat(entropy)
         log_rho = log_prob - batch.behaviour_log_prob
         rho = jnp.exp(log_rho)
 
@@ -187,7 +222,14 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         }
         return total, metrics
 
-    return Agent(init=init, act=act, prepare=prepare, loss=loss, greedy=head.greedy)
+    return Agent(
+        init=init,
+        act=act,
+        prepare=prepare,
+        loss=loss,
+        greedy=head.greedy,
+        initial_actor_state=net.initial if net is not None else no_actor_state,
+    )
 
 
 def make_optimizer(config: IMPALAConfig, num_updates: int) -> optax.GradientTransformation:

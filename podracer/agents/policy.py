@@ -15,8 +15,17 @@ import numpy as np
 import optax
 
 from podracer.agents.spec import num_actions
-from podracer.config import ConfigError, check_choice, check_layer_sizes
-from podracer.networks import ACTIVATIONS, TORSOS, ActorCritic, QNetwork
+from podracer.config import ConfigError, check_choice, check_layer_sizes, check_positive
+from podracer.core import memory as memory_lib
+from podracer.networks import (
+    ACTIVATIONS,
+    MEMORIES,
+    TORSOS,
+    ActorCritic,
+    QNetwork,
+    RecurrentActorCritic,
+    RecurrentQNetwork,
+)
 from podracer.types import ActionSpec, ActorOutput, BoundedActionSpec, DiscreteActionSpec
 
 
@@ -34,12 +43,20 @@ class TorsoFields:
     channels_first: bool = True
     """Image observations are [C, H, W] (envpool's Atari layout) rather than [H, W, C]
     (gymnax's MinAtar layout)."""
+    memory: str = "none"
+    """A recurrent cell after the torso: one of none, gru, lstm (docs/memory.md). Its carry is
+    the actors' actor state, reset where an episode starts; the learner re-runs each sequence
+    from the carry recorded at its start."""
+    memory_size: int = 128
+    """Features of the recurrent cell (with memory)."""
 
     def check_network(self) -> None:
         """Validates the network fields (call it from ``__post_init__``)."""
         check_layer_sizes(self, "hidden_sizes")
         check_choice(self, "activation", tuple(ACTIVATIONS))
         check_choice(self, "torso", TORSOS)
+        check_choice(self, "memory", MEMORIES)
+        check_positive(self, "memory_size")
         if getattr(self, "layer_norm", False) and self.torso == "impala_resnet":
             raise ConfigError(
                 f"{type(self).__name__}.layer_norm=True is not allowed with "
@@ -60,20 +77,26 @@ class ActorCriticFields(TorsoFields):
     """The Gaussian's log standard deviation a head of the actor's torso instead of one free
     parameter per action dimension (continuous actions only)."""
 
-    def network(self, action_spec: ActionSpec | int, agent: str) -> ActorCritic:
+    def network(
+        self, action_spec: ActionSpec | int, agent: str
+    ) -> ActorCritic | RecurrentActorCritic:
         """The :class:`~podracer.networks.ActorCritic` these fields describe, for a discrete
-        or a bounded continuous ``action_spec``."""
+        or a bounded continuous ``action_spec``; with ``memory``, the
+        :class:`~podracer.networks.RecurrentActorCritic` (one torso and the cell shared by
+        actor and critic)."""
         continuous = isinstance(action_spec, BoundedActionSpec)
-        return ActorCritic(
+        common = dict(
             num_actions=action_size(action_spec) if continuous else num_actions(action_spec, agent),
             hidden_sizes=tuple(self.hidden_sizes),
             activation=self.activation,
-            shared_torso=self.shared_torso,
             torso=self.torso,
             channels_first=self.channels_first,
             continuous=continuous,
             state_dependent_std=self.state_dependent_std,
         )
+        if self.memory != "none":
+            return RecurrentActorCritic(**common, memory=self.memory, memory_size=self.memory_size)
+        return ActorCritic(**common, shared_torso=self.shared_torso)
 
     def init_network(self, network: ActorCritic) -> Callable[[jax.Array, jax.Array], Any]:
         """``init(key, example_obs) -> params`` of ``network`` with the Gaussian's free log
@@ -81,7 +104,7 @@ class ActorCriticFields(TorsoFields):
         traced value (a population's members start at different ones)."""
 
         def init(key, example_obs):
-            params = network.init(key, example_obs[None])
+            params = init_params(self, network, key, example_obs)
             if not network.continuous:
                 return params
             inner = dict(params["params"])
@@ -107,8 +130,9 @@ class QNetworkFields(TorsoFields):
     """Activation of the MLP torso: one of tanh, relu, gelu, silu."""
 
     def q_network(self, actions: int, *, layer_norm: bool = False, dueling: bool = False):
-        """The :class:`~podracer.networks.QNetwork` these fields describe."""
-        return QNetwork(
+        """The :class:`~podracer.networks.QNetwork` these fields describe (with ``memory``,
+        the :class:`~podracer.networks.RecurrentQNetwork`)."""
+        common = dict(
             num_actions=actions,
             hidden_sizes=tuple(self.hidden_sizes),
             activation=self.activation,
@@ -117,6 +141,53 @@ class QNetworkFields(TorsoFields):
             channels_first=self.channels_first,
             dueling=dueling,
         )
+        if self.memory != "none":
+            return RecurrentQNetwork(**common, memory=self.memory, memory_size=self.memory_size)
+        return QNetwork(**common)
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceFields:
+    """The sequence field of an on-policy agent that may have memory (a config inherits it)."""
+
+    sequence_window: int = 0
+    """With memory: steps per sequence the learner re-runs, each from the carry acting
+    recorded at its first step (0: the whole rollout; else a divisor of the rollout length).
+    Minibatches are whole sequences, in time order."""
+
+    def check_sequences(self) -> None:
+        """Validates the field (call it from ``__post_init__``)."""
+        if self.sequence_window < 0:
+            raise ConfigError(
+                f"{type(self).__name__}.sequence_window={self.sequence_window} is not allowed: "
+                "it must be >= 0 (0: the whole rollout)"
+            )
+
+    def window(self, rollout_len: int) -> int:
+        """The window for a rollout of ``rollout_len`` steps (an error names a window that does
+        not divide it)."""
+        window = self.sequence_window or rollout_len
+        if rollout_len % window:
+            from podracer.config import ConfigValueError
+
+            raise ConfigValueError(
+                f"{type(self).__name__}.sequence_window={self.sequence_window} is not allowed "
+                f"with rollouts of {rollout_len} steps: it must divide the rollout length"
+            )
+        return window
+
+
+def init_params(fields: TorsoFields, network, key, example_obs):
+    """``network.init`` on one observation (with memory: and the initial carry)."""
+    if fields.memory == "none":
+        return network.init(key, example_obs[None])
+    carry = memory_lib.recurrent(network, fields.memory, fields.memory_size).initial(1)
+    return network.init(key, carry, example_obs[None])
+
+
+def recurrent_net(fields: TorsoFields, network) -> memory_lib.Recurrent:
+    """The :class:`~podracer.core.memory.Recurrent` of a network with memory."""
+    return memory_lib.recurrent(network, fields.memory, fields.memory_size)
 
 
 def action_size(action_spec: BoundedActionSpec) -> int:
@@ -289,13 +360,17 @@ def policy_head(action_spec: ActionSpec | int, agent: str) -> PolicyHead:
     return gaussian_head(action_spec, agent)
 
 
-def make_act(network, head: PolicyHead):
+def make_act(network, head: PolicyHead, net: memory_lib.Recurrent | None = None):
     """``act(params, actor_state, obs, key)`` for an actor-critic ``network`` returning
     ``(policy, value)``: samples from ``head``'s policy and records its log-probability, value
-    and extras; no actor state."""
+    and extras; no actor state. With ``net`` (a network with memory), one step of it from the
+    carry in the actor state."""
 
     def act(params, actor_state, obs, key):
-        out, value = network.apply(params, obs)
+        if net is None:
+            out, value = network.apply(params, obs)
+        else:
+            actor_state, (out, value) = memory_lib.step(net, params, actor_state, obs)
         action, log_prob, extras = head.sample(key, out)
         return actor_state, ActorOutput(action, log_prob, value, extras=extras)
 
@@ -324,14 +399,18 @@ def epsilon_at(config, updates: jax.Array, num_updates: int) -> jax.Array:
     return config.epsilon_start + fraction * (config.epsilon_finish - config.epsilon_start)
 
 
-def epsilon_greedy_act(network, num_actions: int):
+def epsilon_greedy_act(network, num_actions: int, net: memory_lib.Recurrent | None = None):
     """``act(acting: EpsilonGreedy, actor_state, obs, key)`` for a Q-network: the greedy action,
     or with probability ``epsilon`` a uniformly random one; records the probability of the
     action taken, ``max_a q`` as the value and the q-values as ``extras["logits"]`` (so greedy
-    evaluation takes their argmax)."""
+    evaluation takes their argmax). With ``net`` (a Q-network with memory), one step of it
+    from the carry in the actor state."""
 
     def act(acting: EpsilonGreedy, actor_state, obs, key):
-        q = network.apply(acting.params, obs)
+        if net is None:
+            q = network.apply(acting.params, obs)
+        else:
+            actor_state, q = memory_lib.step(net, acting.params, actor_state, obs)
         explore_key, random_key = jax.random.split(key)
         greedy = jnp.argmax(q, axis=-1)
         random = jax.random.randint(random_key, greedy.shape, 0, num_actions)

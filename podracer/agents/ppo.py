@@ -21,9 +21,17 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import ActorCriticFields, learning_rate, make_act, policy_head
+from podracer.agents.policy import (
+    ActorCriticFields,
+    SequenceFields,
+    learning_rate,
+    make_act,
+    policy_head,
+    recurrent_net,
+)
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_positive, check_range
+from podracer.core import memory
 from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, gae
 from podracer.networks import ActorCritic
@@ -31,7 +39,7 @@ from podracer.types import ActionSpec, Agent, Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig(ActorCriticFields, NormalisationFields):
+class PPOConfig(ActorCriticFields, NormalisationFields, SequenceFields):
     """PPO hyper-parameters (and the actor-critic's network fields)."""
 
     lr: float = 2.5e-4
@@ -69,6 +77,7 @@ class PPOConfig(ActorCriticFields, NormalisationFields):
         check_range(self, "max_grad_norm", 0.0, None)
         self.check_network()
         self.check_normalisation()
+        self.check_sequences()
 
 
 class PPOBatch(NamedTuple):
@@ -82,12 +91,22 @@ class PPOBatch(NamedTuple):
     target: jax.Array  # lambda-return, the value target
 
 
+class SequenceBatch(NamedTuple):
+    """With memory: one sample per window of one environment's steps, ``[N, W]``."""
+
+    steps: PPOBatch  # [N, W, ...]
+    sequences: memory.Sequences  # each window's first carry [N, ...] and episode starts [N, W]
+
+
 def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
     """PPO as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (a categorical
     policy) or a bounded continuous one (a diagonal Gaussian, clipped to the bounds:
-    :func:`podracer.agents.policy.gaussian_head`)."""
+    :func:`podracer.agents.policy.gaussian_head`); with ``config.memory``, a recurrent one
+    (:func:`make_recurrent`)."""
     network = config.network(action_spec, "ppo")
     head = policy_head(action_spec, "ppo")
+    if config.memory != "none":
+        return make_recurrent(config, network, head)
     init = config.init_network(network)
     act = make_act(network, head)
 
@@ -111,20 +130,7 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
             traj.bootstrap_obs,
             traj.truncated,
         )
-        advantage = gae(
-            traj.reward,
-            v_tm1,
-            v_t,
-            traj.terminated,
-            traj.truncated,
-            config.gamma,
-            config.gae_lambda,
-        )
-        target = advantage + v_tm1
-        if config.normalize_advantages:
-            mean = mean_fn(advantage)
-            std = jnp.sqrt(mean_fn(jnp.square(advantage - mean)))
-            advantage = (advantage - mean) / (std + 1e-8)
+        advantage, target = advantages(config, traj, v_tm1, v_t, mean_fn)
         batch = PPOBatch(
             obs=traj.obs,
             action=head.taken(traj.behaviour),
@@ -138,30 +144,97 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
     def loss(params, batch: PPOBatch, key):
         del key
         policy, value = network.apply(params, batch.obs)
-        log_prob, entropy = head.log_prob_and_entropy(policy, batch.action)
-        log_ratio = log_prob - batch.log_prob
-        ratio = jnp.exp(log_ratio)
-        pg_loss = rlax.clipped_surrogate_pg_loss(ratio, batch.advantage, config.clip_eps)
-
-        value_error = jnp.square(value - batch.target)
-        if config.clip_value:
-            clipped = batch.value + jnp.clip(value - batch.value, -config.clip_eps, config.clip_eps)
-            value_error = jnp.maximum(value_error, jnp.square(clipped - batch.target))
-        value_loss = 0.5 * jnp.mean(value_error)
-
-        entropy = jnp.mean(entropy)
-        total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-        metrics = {
-            "loss": total,
-            "pg_loss": pg_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-            "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
-        }
-        return total, metrics
+        return objective(config, head, policy, value, batch)
 
     return Agent(init=init, act=act, prepare=prepare, loss=loss, greedy=head.greedy)
+
+
+def advantages(config: PPOConfig, traj: Trajectory, v_tm1, v_t, mean_fn):
+    """``(advantage, target) [T, B]``: GAE of the trajectory's rewards with the values of its
+    ``obs`` and ``bootstrap_obs``, the advantages normalised over the whole batch when asked."""
+    advantage = gae(
+        traj.reward, v_tm1, v_t, traj.terminated, traj.truncated, config.gamma, config.gae_lambda
+    )
+    target = advantage + v_tm1
+    if config.normalize_advantages:
+        mean = mean_fn(advantage)
+        std = jnp.sqrt(mean_fn(jnp.square(advantage - mean)))
+        advantage = (advantage - mean) / (std + 1e-8)
+    return advantage, target
+
+
+def objective(config: PPOConfig, head, policy, value, batch: PPOBatch):
+    """The clipped surrogate objective, the (clipped) value loss and the entropy bonus of the
+    network's outputs ``policy``, ``value [N]`` on the samples of ``batch [N]``."""
+    log_prob, entropy = head.log_prob_and_entropy(policy, batch.action)
+    log_ratio = log_prob - batch.log_prob
+    ratio = jnp.exp(log_ratio)
+    pg_loss = rlax.clipped_surrogate_pg_loss(ratio, batch.advantage, config.clip_eps)
+
+    value_error = jnp.square(value - batch.target)
+    if config.clip_value:
+        clipped = batch.value + jnp.clip(value - batch.value, -config.clip_eps, config.clip_eps)
+        value_error = jnp.maximum(value_error, jnp.square(clipped - batch.target))
+    value_loss = 0.5 * jnp.mean(value_error)
+
+    entropy = jnp.mean(entropy)
+    total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    metrics = {
+        "loss": total,
+        "pg_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+        "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+    }
+    return total, metrics
+
+
+def make_recurrent(config: PPOConfig, network, head) -> Agent:
+    """PPO with memory: the actors carry the cell's state (reset where an episode starts); the
+    learner re-runs every environment's rollout from the carry recorded at its first step, with
+    the params being learnt, for the values of GAE (the truncated and last steps bootstrap from
+    the carry before the reset: :func:`podracer.core.memory.bootstrap_outputs`), then cuts it
+    into windows of ``sequence_window`` steps, each with the carry recorded at its first step;
+    minibatches are whole windows, and the loss re-runs each one."""
+    net = recurrent_net(config, network)
+    init = config.init_network(network)
+
+    def prepare(params, agent_state, traj: Trajectory, mean_fn):
+        del agent_state
+        starts = memory.episode_starts(traj.terminated, traj.truncated)
+        first = jax.tree.map(lambda x: x[0], traj.actor_state)
+        carries, (_, v_tm1) = memory.unroll(net, params, first, traj.obs, starts)
+        _, v_t = memory.bootstrap_outputs(net, params, carries, traj.bootstrap_obs)
+        advantage, target = advantages(config, traj, v_tm1, v_t, mean_fn)
+        steps = PPOBatch(
+            obs=traj.obs,
+            action=head.taken(traj.behaviour),
+            log_prob=traj.behaviour.log_prob,
+            value=v_tm1,
+            advantage=advantage,
+            target=target,
+        )
+        window = config.window(traj.reward.shape[0])
+        return SequenceBatch(memory.windows(steps, window), memory.sequences(traj, window))
+
+    def loss(params, batch: SequenceBatch, key):
+        del key
+        _, (policy, value) = memory.unroll_batch(net, params, batch.sequences, batch.steps.obs)
+
+        def flat(tree):
+            return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tree)
+
+        return objective(config, head, flat(policy), flat(value), flat(batch.steps))
+
+    return Agent(
+        init=init,
+        act=make_act(network, head, net),
+        prepare=prepare,
+        loss=loss,
+        greedy=head.greedy,
+        initial_actor_state=net.initial,
+    )
 
 
 def make_optimizer(config: PPOConfig, num_updates: int) -> optax.GradientTransformation:

@@ -35,18 +35,22 @@ from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import (
     EpsilonGreedy,
     QNetworkFields,
+    SequenceFields,
     epsilon_at,
     epsilon_greedy_act,
+    init_params,
     learning_rate,
+    recurrent_net,
     select,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_positive, check_range
-from podracer.types import ActionSpec, Agent, Trajectory
+from podracer.core import memory
+from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
 
 
 @dataclasses.dataclass(frozen=True)
-class PQNConfig(QNetworkFields):
+class PQNConfig(QNetworkFields, SequenceFields):
     """PQN hyper-parameters (defaults: CleanRL's ``pqn.py`` for CartPole, after the paper:
     32 environments x 64 steps, 4 epochs x 16 minibatches, lr 2.5e-4 annealed, lambda 0.65,
     epsilon 1 -> 0.05 over the first half of the run)."""
@@ -84,14 +88,17 @@ class PQNConfig(QNetworkFields):
         check_range(self, "epsilon_decay", 0.0, 1.0)
         check_range(self, "max_grad_norm", 0.0, None)
         self.check_network()
+        self.check_sequences()
 
 
 class PQNBatch(NamedTuple):
-    """One sample per transition, ``[N]`` with ``N = T * B``."""
+    """One sample per transition, ``[N]`` with ``N = T * B`` (with memory: one per window of
+    one environment's steps, ``[N, W]``, with the windows' first carries and starts)."""
 
     obs: jax.Array
     action: jax.Array  # i32
     target: jax.Array  # f32: the lambda-return G_t
+    sequences: memory.Sequences | tuple = ()
 
 
 def lambda_returns(reward, terminated, truncated, q_next_max, gamma, q_lambda):
@@ -106,9 +113,10 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
     """PQN as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
     actions = num_actions(action_spec, "pqn")
     network = config.q_network(actions, layer_norm=config.layer_norm)
+    net = recurrent_net(config, network) if config.memory != "none" else None
 
     def init(key, example_obs):
-        return network.init(key, example_obs[None])
+        return init_params(config, network, key, example_obs)
 
     def init_state(key, params):
         del key, params
@@ -121,13 +129,20 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
     def actor_params(params, updates):
         return EpsilonGreedy(params, epsilon_at(config, updates, num_updates))
 
-    act = epsilon_greedy_act(network, actions)
+    act = epsilon_greedy_act(network, actions, net)
 
     def prepare(params, updates, traj: Trajectory, mean_fn):
         del updates, mean_fn
         num_steps, num_envs = traj.reward.shape
-        flat = traj.bootstrap_obs.reshape(num_steps * num_envs, *traj.obs.shape[2:])
-        q_next_max = jnp.max(network.apply(params, flat), axis=-1).reshape(num_steps, num_envs)
+        if net is None:
+            flat = traj.bootstrap_obs.reshape(num_steps * num_envs, *traj.obs.shape[2:])
+            q_next = network.apply(params, flat)
+        else:  # each bootstrap_obs from the carry after its own step
+            starts = memory.episode_starts(traj.terminated, traj.truncated)
+            first = jax.tree.map(lambda x: x[0], traj.actor_state)
+            carries, _ = memory.unroll(net, params, first, traj.obs, starts)
+            q_next = memory.bootstrap_outputs(net, params, carries, traj.bootstrap_obs)
+        q_next_max = jnp.max(q_next, axis=-1).reshape(num_steps, num_envs)
         target = lambda_returns(
             traj.reward,
             traj.terminated,
@@ -137,11 +152,17 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
             config.q_lambda,
         )
         batch = PQNBatch(traj.obs, traj.action, target)
-        return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), batch)
+        if net is None:
+            return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), batch)
+        window = config.window(num_steps)
+        return memory.windows(batch, window)._replace(sequences=memory.sequences(traj, window))
 
     def loss(params, batch: PQNBatch, key):
         del key
-        q = network.apply(params, batch.obs)
+        if net is None:
+            q = network.apply(params, batch.obs)
+        else:
+            _, q = memory.unroll_batch(net, params, batch.sequences, batch.obs)
         q_taken = select(q, batch.action)
         total = 0.5 * jnp.mean(jnp.square(q_taken - batch.target))
         return total, {"loss": total, "mean_q": jnp.mean(q_taken)}
@@ -154,6 +175,7 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
         init_state=init_state,
         update_state=update_state,
         actor_params=actor_params,
+        initial_actor_state=net.initial if net is not None else no_actor_state,
     )
 
 

@@ -20,15 +20,16 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import QNetworkFields
+from podracer.agents.policy import QNetworkFields, SequenceFields, init_params, recurrent_net
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_positive, check_range
+from podracer.core import memory
 from podracer.core.returns import bootstrap_values
-from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory
+from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory, no_actor_state
 
 
 @dataclasses.dataclass(frozen=True)
-class QLambdaConfig(QNetworkFields):
+class QLambdaConfig(QNetworkFields, SequenceFields):
     """Q(lambda) hyper-parameters (defaults: the Podracer paper's Catch demo)."""
 
     lr: float = 1e-4
@@ -55,10 +56,12 @@ class QLambdaConfig(QNetworkFields):
         check_range(self, "epsilon", 0.0, 1.0)
         check_range(self, "max_grad_norm", 0.0, None)
         self.check_network()
+        self.check_sequences()
 
 
 class SequenceBatch(NamedTuple):
-    """Batch-major sequences ``[B, T, ...]``: one sample per environment."""
+    """Batch-major sequences ``[B, T, ...]``: one sample per environment (with memory, per
+    window of ``sequence_window`` steps)."""
 
     obs: jax.Array
     action: jax.Array
@@ -66,19 +69,24 @@ class SequenceBatch(NamedTuple):
     terminated: jax.Array
     truncated: jax.Array
     bootstrap_obs: jax.Array
+    sequences: memory.Sequences | tuple = ()  # with memory: first carries and episode starts
 
 
 def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
     """Q(lambda) as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
     actions = num_actions(action_spec, "qlambda")
     network = config.q_network(actions)
+    net = recurrent_net(config, network) if config.memory != "none" else None
     eps = config.epsilon
 
     def init(key, example_obs):
-        return network.init(key, example_obs[None])
+        return init_params(config, network, key, example_obs)
 
     def act(params, actor_state, obs, key):
-        q = network.apply(params, obs)
+        if net is None:
+            q = network.apply(params, obs)
+        else:
+            actor_state, q = memory.step(net, params, actor_state, obs)
         explore_key, random_key = jax.random.split(key)
         greedy = jnp.argmax(q, axis=-1)
         random = jax.random.randint(random_key, greedy.shape, 0, actions)
@@ -92,7 +100,10 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
         batch = SequenceBatch(
             traj.obs, traj.action, traj.reward, traj.terminated, traj.truncated, traj.bootstrap_obs
         )
-        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+        if net is None:
+            return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+        window = config.window(traj.reward.shape[0])
+        return memory.windows(batch, window)._replace(sequences=memory.sequences(traj, window))
 
     def loss(params, batch: SequenceBatch, key):
         del key
@@ -102,17 +113,24 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
             flat = obs.reshape(num_seqs * num_steps, *obs.shape[2:])
             return network.apply(params, flat).reshape(num_seqs, num_steps, actions)
 
-        q_tm1 = q_values(batch.obs)
-        q_t = jax.lax.stop_gradient(
-            bootstrap_values(
-                network.apply,
-                params,
-                q_tm1,
-                batch.bootstrap_obs,
-                batch.truncated,
-                time_axis=1,
+        if net is None:
+            q_tm1 = q_values(batch.obs)
+            q_t = jax.lax.stop_gradient(
+                bootstrap_values(
+                    network.apply,
+                    params,
+                    q_tm1,
+                    batch.bootstrap_obs,
+                    batch.truncated,
+                    time_axis=1,
+                )
             )
-        )
+        else:  # the sequence re-run from each window's first carry
+            carries, q_tm1 = memory.unroll_batch(net, params, batch.sequences, batch.obs)
+            q_t = memory.bootstrap_outputs(
+                net, jax.lax.stop_gradient(params), carries, batch.bootstrap_obs
+            )
+            q_t = jax.lax.stop_gradient(q_t)
         discount_t = config.gamma * (1.0 - batch.terminated.astype(jnp.float32))
         done_t = (batch.terminated | batch.truncated).astype(jnp.float32)
         lambda_t = config.q_lambda * (1.0 - done_t)
@@ -120,7 +138,13 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
         total = 0.5 * jnp.mean(jnp.square(td))
         return total, {"loss": total, "mean_q": jnp.mean(jnp.max(q_tm1, -1))}
 
-    return Agent(init=init, act=act, prepare=prepare, loss=loss)
+    return Agent(
+        init=init,
+        act=act,
+        prepare=prepare,
+        loss=loss,
+        initial_actor_state=net.initial if net is not None else no_actor_state,
+    )
 
 
 def make_optimizer(config: QLambdaConfig, num_updates: int) -> optax.GradientTransformation:

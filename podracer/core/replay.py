@@ -98,13 +98,15 @@ class Replay(NamedTuple):
     ``jax.ShapeDtypeStruct``); ``prepare`` must return items of exactly these shapes, with a
     leading ``[N]`` (items) or ``[T, B]`` (windows), or the update stops with an error naming
     the difference. ``window``: 0 for independent items; ``L > 0`` for windows of ``L``
-    consecutive steps of one environment, starting every ``period`` steps. ``buffer``
-    replaces the item buffer (``buffer(sample_batch_size)``, flashbax's interface; tests)."""
+    consecutive steps of one environment, starting every ``period`` steps. ``batch_size``:
+    samples per gradient step (0: the config's). ``buffer`` replaces the item buffer
+    (``buffer(sample_batch_size)``, flashbax's interface; tests)."""
 
     config: ReplayFields
     item: Callable[[jax.ShapeDtypeStruct], Any]
     window: int = 0
     period: int = 1
+    batch_size: int = 0  # samples per gradient step, over all devices (0: config.batch_size)
     buffer: Callable[[int], Any] | None = None
 
 
@@ -477,12 +479,15 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
     def body(parts: Parts, fit: Fit, items, traj: Trajectory, key):
         axis_name = parts.axis_name
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
-        if config.batch_size % num_devices:
+        samples = replay.batch_size or config.batch_size
+        if samples % num_devices:
+            what = "sequences" if replay.window else "items"
             raise ConfigValueError(
-                f"batch_size={config.batch_size} is not allowed on {num_devices} learner "
-                f"devices: it must be a multiple of {num_devices}"
+                f"batch_size={config.batch_size} ({samples} {what} a gradient step) is not "
+                f"allowed on {num_devices} learner devices: the {what} must be a multiple of "
+                f"{num_devices}"
             )
-        per_device = config.batch_size // num_devices
+        per_device = samples // num_devices
         example_obs = jax.ShapeDtypeStruct(traj.obs.shape[2:], traj.obs.dtype)
         if replay.window:
             num_envs = traj.reward.shape[1]

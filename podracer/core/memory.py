@@ -1,0 +1,194 @@
+"""Memory: what a learner needs to re-run a recurrent policy over the sequences acting recorded.
+
+A recurrent network is four pure functions (:class:`Recurrent`): ``embed`` (the torso, on any
+batch of observations), ``core`` (one step of the cell), ``heads`` (the outputs, on any batch)
+and ``initial`` (the carry where an episode starts). Acting takes one step of all three with the
+carry the loop keeps (:func:`step`). A learner re-runs a trajectory ``[T, B]`` from the carry
+recorded at its first step (:func:`unroll`): ``embed`` over all ``T * B`` observations at once,
+``core`` step by step in a ``lax.scan``, ``heads`` over all ``T * B`` outputs at once; the carry
+is reset where an episode starts by :func:`podracer.core.acting.reset_actor_state`, the rule
+acting uses.
+
+The reset rule, on a trajectory (``done = terminated | truncated``; the carry ``c`` given to act
+at step ``t`` is ``Trajectory.actor_state[t]``)::
+
+    t        0     1     2     3     4
+    done     F     T     F     F     T
+    start    -     F     T     F     F      start[t] = done[t - 1]: the step after an end
+    carry    c0    f(c0) init  f(..) f(..)  c0 = actor_state[0], already reset by acting
+
+The carry *after* step ``t`` (before any reset) is what ``bootstrap_obs[t]`` is evaluated with:
+inside an episode that is the next step's own output; at a truncation and at ``t = T - 1`` one
+more step of ``core`` from it (:func:`bootstrap_outputs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from podracer.core.acting import reset_actor_state
+from podracer.types import Trajectory
+
+
+class Recurrent(NamedTuple):
+    """A recurrent network as pure functions; ``N`` is any batch."""
+
+    initial: Callable[[int], Any]  # initial(N) -> the carry where an episode starts [N, ...]
+    embed: Callable[[Any, Any], Any]  # embed(params, obs [N, ...]) -> x [N, ...]
+    core: Callable[[Any, Any, Any], tuple[Any, Any]]  # core(params, carry, x) -> (carry, h)
+    heads: Callable[[Any, Any], Any]  # heads(params, h [N, ...]) -> outputs [N, ...]
+
+
+def recurrent(module, memory: str, size: int) -> Recurrent:
+    """The :class:`Recurrent` of a flax module with ``embed``, ``core`` and ``heads`` methods
+    (:class:`podracer.networks.RecurrentActorCritic`, ``RecurrentQNetwork``)."""
+    from podracer.networks import initial_carry
+
+    def embed(params, obs):
+        return module.apply(params, obs, method=type(module).embed)
+
+    def core(params, carry, x):
+        return module.apply(params, carry, x, method=type(module).core)
+
+    def heads(params, h):
+        return module.apply(params, h, method=type(module).heads)
+
+    return Recurrent(lambda n: initial_carry(memory, size, n), embed, core, heads)
+
+
+def step(net: Recurrent, params, carry, obs):
+    """One step, as acting takes it: ``(carry, outputs)`` for ``obs [N, ...]``."""
+    carry, h = net.core(params, carry, net.embed(params, obs))
+    return carry, net.heads(params, h)
+
+
+def episode_starts(terminated, truncated) -> jax.Array:
+    """``start [T, B]`` of time-major episode ends: ``start[t] = done[t - 1]``, and False at
+    ``t = 0`` (whose carry acting recorded already reset)."""
+    done = terminated | truncated
+    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]], axis=0)
+
+
+def _flat(tree, dims: int):
+    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[dims:]), tree)
+
+
+def _unflat(tree, shape: tuple[int, ...]):
+    return jax.tree.map(lambda x: x.reshape(*shape, *x.shape[1:]), tree)
+
+
+def unroll(net: Recurrent, params, carry, obs, starts, *, time_unroll: int = 1):
+    """Re-runs a recurrent network over time-major sequences.
+
+    Args:
+      net: the network.
+      params: its params.
+      carry: the carry at the first step ``[B, ...]`` (as acting recorded it: already reset
+        where an episode starts there).
+      obs: observations ``[T, B, ...]``.
+      starts: bool ``[T, B]``: an episode starts at this step (:func:`episode_starts`); the
+        carry is reset to ``net.initial`` before it.
+      time_unroll: ``unroll`` of the time ``lax.scan``.
+
+    Returns:
+      ``(carries, outputs)``: the carry after each step ``[T, B, ...]`` (before any reset) and
+      the heads' outputs ``[T, B, ...]``.
+    """
+    num_steps, num_envs = starts.shape
+    x = _unflat(net.embed(params, _flat(obs, 2)), (num_steps, num_envs))
+    initial = net.initial(num_envs)
+
+    def one(carry, inputs):
+        x_t, start_t = inputs
+        carry = reset_actor_state(initial, carry, start_t)
+        carry, h = net.core(params, carry, x_t)
+        return carry, (carry, h)
+
+    _, (carries, h) = jax.lax.scan(one, carry, (x, starts), unroll=time_unroll)
+    outputs = _unflat(net.heads(params, _flat(h, 2)), (num_steps, num_envs))
+    return carries, outputs
+
+
+def bootstrap_outputs(net: Recurrent, params, carries, bootstrap_obs):
+    """The outputs for every ``bootstrap_obs [T, B, ...]``, each from the carry after its own
+    step (``carries [T, B, ...]`` of :func:`unroll`): one more step of ``core`` for all
+    ``T * B`` at once (no scan: the carries are known)."""
+    num_steps, num_envs = jax.tree.leaves(carries)[0].shape[:2]
+    _, out = step(net, params, _flat(carries, 2), _flat(bootstrap_obs, 2))
+    return _unflat(out, (num_steps, num_envs))
+
+
+def windows(tree, window: int):
+    """Time-major ``[T, B, ...]`` leaves cut into batch-major windows ``[B * T / W, W, ...]``:
+    sample ``b * (T / W) + k`` is steps ``k W .. (k + 1) W - 1`` of environment ``b``, in time
+    order. ``window`` must divide ``T``."""
+
+    def one(x):
+        num_steps, num_envs = x.shape[:2]
+        if num_steps % window:
+            raise ValueError(f"windows: window={window} does not divide the {num_steps} steps")
+        per_env = num_steps // window
+        x = x.reshape(per_env, window, num_envs, *x.shape[2:])
+        x = jnp.moveaxis(x, 2, 0)  # [B, K, W, ...]
+        return x.reshape(num_envs * per_env, window, *x.shape[3:])
+
+    return jax.tree.map(one, tree)
+
+
+def window_carries(actor_state, window: int):
+    """The carry at each window's first step, ``[B * T / W, ...]`` in :func:`windows`' order,
+    from the carries acting recorded (``Trajectory.actor_state [T, B, ...]``)."""
+
+    def one(x):
+        first = jnp.moveaxis(x[::window], 1, 0)  # [B, T / W, ...]
+        return first.reshape(-1, *first.shape[2:])
+
+    return jax.tree.map(one, actor_state)
+
+
+class Sequences(NamedTuple):
+    """What a recurrent learner re-runs a window from: its first carry and where its episodes
+    start (batch-major, :func:`windows`' order)."""
+
+    carry: Any  # [N, ...]: the carry acting recorded at the window's first step
+    starts: jax.Array  # bool [N, W]: an episode starts at this step (reset the carry first)
+
+
+def sequences(traj: Trajectory, window: int) -> Sequences:
+    """The :class:`Sequences` of a trajectory cut into windows of ``window`` steps; the first
+    step of a window does not reset: its recorded carry already is."""
+    starts = windows(episode_starts(traj.terminated, traj.truncated), window)
+    return Sequences(window_carries(traj.actor_state, window), starts.at[:, 0].set(False))
+
+
+def unroll_batch(net: Recurrent, params, seqs: Sequences, obs, *, time_unroll: int = 1):
+    """:func:`unroll` over batch-major windows: ``obs [N, W, ...]`` from ``seqs``; returns the
+    carries and outputs batch-major ``[N, W, ...]``."""
+    time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), obs)
+    carries, outputs = unroll(
+        net,
+        params,
+        seqs.carry,
+        time_major,
+        jnp.swapaxes(seqs.starts, 0, 1),
+        time_unroll=time_unroll,
+    )
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (carries, outputs))
+
+
+__all__ = [
+    "Recurrent",
+    "Sequences",
+    "bootstrap_outputs",
+    "episode_starts",
+    "recurrent",
+    "sequences",
+    "step",
+    "unroll",
+    "unroll_batch",
+    "windows",
+]
