@@ -81,6 +81,16 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         help="environment id, or module:make_env of your own (default: the agent's own)",
     )
     parser.add_argument(
+        "--total-timesteps",
+        "--total_timesteps",
+        type=int,
+        metavar="N",
+        help="environment steps per seed (500000)",
+    )
+    parser.add_argument(
+        "--seed", type=int, metavar="S", help="run seed (seeds seed..seed+N-1 for N seeds)"
+    )
+    parser.add_argument(
         "--env-param",
         "--env_param",
         dest="env_param",
@@ -95,16 +105,6 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         dest="env_observe",
         metavar="INDICES",
         help="keep these entries of a vector observation, e.g. 0,2 (all)",
-    )
-    parser.add_argument(
-        "--total-timesteps",
-        "--total_timesteps",
-        type=int,
-        metavar="N",
-        help="environment steps per seed (500000)",
-    )
-    parser.add_argument(
-        "--seed", type=int, metavar="S", help="run seed (seeds seed..seed+N-1 for N seeds)"
     )
     parser.add_argument(
         "--population",
