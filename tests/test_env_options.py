@@ -159,10 +159,12 @@ def host_rollout(env, steps):
     return ts
 
 
-@pytest.mark.parametrize("env_id", ["envpool:CartPole-v1", "gymnax:CartPole-v1"])
+@pytest.mark.parametrize(
+    "env_id", ["envpool:CartPole-v1", "gymnasium:CartPole-v1", "gymnax:CartPole-v1"]
+)
 def test_observe_keeps_cartpole_columns_on_a_host_env(env_id):
-    """The same on Sebulba's host environments: envpool (masked on the host) and a JAX
-    environment on the host (masked on device)."""
+    """The same on Sebulba's host environments: envpool and gymnasium (masked on the host)
+    and a JAX environment on the host (masked on device)."""
     full = host_rollout(host_envs.make(env_id, num_envs=4, seed=3), 40)
     env = host_envs.make(env_id, num_envs=4, seed=3, env_options=POSITIONS)
     assert env.observation_spec == ObservationSpec((2,), np.dtype(np.float32))
@@ -260,3 +262,24 @@ def test_catch_params_resize_the_board():
     env = envs.make_with_options("catch", {"rows": 6, "columns": 3})
     assert env.observation_spec.shape == (6, 3)
     assert (env.default_params.rows, env.default_params.columns) == (6, 3)
+
+
+def test_anakin_trains_and_evaluates_on_the_masked_environment():
+    """Anakin's rollout and evaluator build the masked CartPole (``recipe.make_env``): the
+    network takes 2 inputs, one update runs, and the evaluator's episodes (greedy, untrained)
+    end within CartPole's limits."""
+    system = anakin.build(
+        "gymnax:CartPole-v1",
+        PPOConfig(num_minibatches=1, hidden_sizes=(8,)),
+        anakin.AnakinConfig(num_envs=2, rollout_len=8),
+        total_timesteps=16,
+        devices=jax.devices()[:1],
+        env_options=POSITIONS,
+    )
+    state = system.init(0)
+    shapes = {x.shape for x in jax.tree.leaves(state.learner.params)}
+    assert (1, 2, 8) in shapes and (1, 4, 8) not in shapes  # [seeds, inputs, hidden]
+    result = system.run(state, seed=0)
+    assert result.summary["num_updates"] == 1
+    returns = system.evaluator(seed=0, episodes=2, greedy=True)(result.state, 1)
+    assert returns.shape == (1, 2) and np.all((returns >= 8) & (returns <= 500))
