@@ -10,7 +10,9 @@ The names a researcher imports::
   :class:`SebulbaConfig`, :class:`RunResult`;
 - agents: :class:`PPOConfig`, :class:`IMPALAConfig`, :class:`QLambdaConfig`, the registry
   (:data:`AGENTS`, :func:`register_agent`, :func:`get_agent`) and :class:`AgentSpec`;
-- environments: :func:`make_env`, :func:`register_env`;
+- environments: :func:`make_env`, :func:`register_env`, :class:`EnvOptions` (a run's
+  environment parameters and observation mask: ``train(..., env_options=EnvOptions(
+  params={"memory_length": 10}, observe=(0, 2)))``);
 - loops: :mod:`podracer.loops` (``Recipe``, ``Loop``, the registry);
 - the core: :func:`make_learner`, :func:`gae`, :func:`vtrace` and the contracts of
   :mod:`podracer.types`.
@@ -34,6 +36,7 @@ from podracer.agents import register as register_agent
 from podracer.anakin import AnakinConfig
 from podracer.core import gae, make_learner, make_rollout
 from podracer.core.returns import vtrace
+from podracer.envs import EnvOptions
 from podracer.envs import make as make_env
 from podracer.envs import register as register_env
 from podracer.loops import Recipe, RunResult
@@ -57,7 +60,12 @@ from podracer.types import (
 def train(env_id: str, agent_config: Any, loop_config: Any, **kwargs: Any) -> RunResult:
     """Trains a registered agent's config on the loop whose config ``loop_config`` is (an
     :class:`AnakinConfig` or a :class:`SebulbaConfig`): :func:`podracer.loops.train`, whose
-    keywords (``seed``, ``total_timesteps``, ``devices``, ``progress``, ...) it takes."""
+    keywords (``seed``, ``total_timesteps``, ``devices``, ``progress``, ...) it takes.
+
+    ``env_options``: the environment's options on either loop, an :class:`EnvOptions`
+    (``EnvOptions(params={"memory_length": 10}, observe=(0, 2))``: EnvParams fields of a JAX
+    environment or ``make`` keywords of a host one, and the observation entries kept) or a
+    mapping of its ``params`` (``env_options={"episodic_life": True}``)."""
     return loops.train(loops.for_config(loop_config), env_id, agent_config, loop_config, **kwargs)
 
 
@@ -69,6 +77,7 @@ __all__ = [
     "AnakinConfig",
     "BoundedActionSpec",
     "DiscreteActionSpec",
+    "EnvOptions",
     "EnvSpec",
     "Environment",
     "HostEnvironment",

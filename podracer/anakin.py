@@ -34,6 +34,7 @@ from podracer.config import ConfigError, ConfigValueError, check_choice, check_p
 from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
+from podracer.envs.options import EnvOptions
 from podracer.envs.wrappers import EpisodeStatistics
 from podracer.loops import Loop
 from podracer.loops.common import (
@@ -166,7 +167,7 @@ class Anakin(NamedTuple):
 
         agent = self.recipe.agent
         evaluate = make_evaluator(
-            envs.make(self.recipe.env_id), agent, num_episodes=episodes, greedy=greedy
+            self.recipe.make_env(), agent, num_episodes=episodes, greedy=greedy
         )
 
         def one(params, agent_state, key):
@@ -193,11 +194,14 @@ def make_anakin(
     members: Members | None = None,
     periodic: Periodic | None = None,
 ) -> Anakin:
-    """Builds the Anakin system of a :class:`~podracer.loops.Recipe` (its environment id is an
-    on-device :class:`~podracer.types.Environment`; its agent, optimizer and learner layout).
+    """Builds the Anakin system of a :class:`~podracer.loops.Recipe` (its environment, built
+    with its options by ``recipe.make_env()``, is an on-device
+    :class:`~podracer.types.Environment`; its agent, optimizer and learner layout).
 
-    The environment is wrapped in :class:`~podracer.envs.EpisodeStatistics` for the episode
-    metrics. ``devices`` defaults to every device of every process. With
+    ``env_params`` (default: the environment's ``default_params``, which carry the recipe's
+    ``--env-param`` values) are the params the rollout steps with. The environment is wrapped
+    in :class:`~podracer.envs.EpisodeStatistics` for the episode metrics. ``devices`` defaults
+    to every device of every process. With
     ``members``, the ``num_seeds`` vmapped runs are members with hyper-parameters of their own,
     carried in the state as traced values: the agent and optimizer are built per member inside
     the program, so members differ without a recompile. With ``periodic``, every step that ends
@@ -223,7 +227,7 @@ def make_anakin(
             f"must be a multiple of the devices per member group ({num_devices})"
         )
         raise ConfigError(f"AnakinConfig.num_envs={config.num_envs} is not allowed {where}")
-    env = EpisodeStatistics(envs.make(recipe.env_id))
+    env = EpisodeStatistics(recipe.make_env())
     env_params = env.default_params if env_params is None else env_params
     if members is not None:
         for name, values in members.hparams.items():
@@ -566,10 +570,14 @@ def _report(metrics, done_updates, num_updates, start, start_update, config, pro
     return metrics
 
 
-def probe(env_id: str, config: AnakinConfig, seed: int) -> EnvSpec:
-    """The specs of the JAX environment ``env_id`` (an unknown id fails here)."""
+def probe(
+    env_id: str, config: AnakinConfig, seed: int, env_options: EnvOptions | None = None
+) -> EnvSpec:
+    """The specs of the JAX environment ``env_id`` with ``env_options``, built by the factory
+    the system uses (:func:`podracer.envs.make_with_options`; an unknown id or option fails
+    here)."""
     del config, seed
-    env = envs.make(env_id)
+    env = envs.make_with_options(env_id, env_options)
     return EnvSpec(env.observation_spec, env.action_spec)
 
 
@@ -620,9 +628,11 @@ def build(
     *,
     total_timesteps: int,
     devices: Sequence[jax.Device] | None = None,
+    env_options: EnvOptions | dict[str, Any] | None = None,
 ) -> Anakin:
-    """The Anakin system for an environment id and a registered agent's config
-    (:mod:`podracer.agents`); ``total_timesteps`` sets the length of learning-rate schedules."""
+    """The Anakin system for an environment id (with ``env_options``) and a registered agent's
+    config (:mod:`podracer.agents`); ``total_timesteps`` sets the length of learning-rate
+    schedules."""
     from podracer import agents
 
     return loops.build(
@@ -633,12 +643,13 @@ def build(
         config,
         total_timesteps=total_timesteps,
         devices=devices,
+        env_options=env_options,
     )
 
 
 train = functools.partial(loops.train, LOOP)
 """``train(env_id, agent_config, config, *, seed, total_timesteps, devices, progress, state,
-start_update, hooks)``: :func:`podracer.loops.train` on Anakin."""
+start_update, hooks, env_options)``: :func:`podracer.loops.train` on Anakin."""
 
 
 __all__ = [

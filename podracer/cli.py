@@ -1,7 +1,8 @@
 """The ``podracer`` command line.
 
-``podracer train --arch LOOP --agent NAME --env ID [--total-timesteps N] [--seed S]
-[--run-dir DIR] [--config FILE] [--agent.FIELD VALUE ...] [--arch.FIELD VALUE ...]``,
+``podracer train --arch LOOP --agent NAME --env ID [--env-param NAME=VALUE ...]
+[--env-observe INDICES] [--total-timesteps N] [--seed S] [--run-dir DIR] [--config FILE]
+[--agent.FIELD VALUE ...] [--arch.FIELD VALUE ...]``,
 ``podracer train --resume DIR [--total-timesteps N]``, ``podracer eval DIR [--episodes N]`` and
 ``podracer plot DIR... --out FILE.png``.
 
@@ -88,6 +89,22 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seed", type=int, metavar="S", help="run seed (seeds seed..seed+N-1 for N seeds)"
+    )
+    parser.add_argument(
+        "--env-param",
+        "--env_param",
+        dest="env_param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="set a parameter of the environment (repeatable): a field of a JAX environment's "
+        "EnvParams (--env-param memory_length=10), a make keyword of an envpool or gymnasium one",
+    )
+    parser.add_argument(
+        "--env-observe",
+        "--env_observe",
+        dest="env_observe",
+        metavar="INDICES",
+        help="keep these entries of a vector observation, e.g. 0,2 (all)",
     )
     parser.add_argument(
         "--population",
@@ -218,7 +235,7 @@ def parse_train_args(argv: Sequence[str]):
     selectors, rest = parser.parse_known_args(list(argv))
     file = load_config_file(selectors.config) if selectors.config else {}
     where = f"--config={selectors.config}"
-    sections = ("agent_config", "arch_config", "options", "population")
+    sections = ("agent_config", "arch_config", "options", "population", "env_options")
     unknown = sorted(set(file) - {*SELECTORS, *sections})
     if unknown:
         raise CLIError(
@@ -267,6 +284,8 @@ def parse_train_args(argv: Sequence[str]):
     selectors.options = _options(
         selectors, dataclass_from_dict(RunOptions, file.get("options", {}), f"{where}: options")
     )
+    if not selectors.help:
+        selectors.env_options = _env_options(selectors, file, where)
 
     fields = [
         ("agent", agent_spec.config_cls, dataclasses.field(default=agent_default)),
@@ -307,6 +326,19 @@ def parse_train_args(argv: Sequence[str]):
     return selectors, parsed.agent, arch_config
 
 
+def _env_options(selectors, file, where):
+    """The run's :class:`~podracer.envs.EnvOptions`: ``--config``'s ``env_options``, then
+    ``--env-param`` (added, replacing a name the file sets) and ``--env-observe`` (replacing the
+    file's), the values typed by the environment's defaults
+    (:func:`podracer.envs.options.resolve`); a bad name, value or index is a one-line error."""
+    from podracer.envs.options import EnvOptions, parse_indices, parse_params, resolve
+
+    options = EnvOptions.from_dict(file.get("env_options"), f"{where}: env_options")
+    observe = None if selectors.env_observe is None else parse_indices(selectors.env_observe)
+    options = options.merged(parse_params(selectors.env_param or ()), observe)
+    return resolve(selectors.env, options)
+
+
 def run_spec(argv: Sequence[str]):
     """``(RunSpec, selectors)`` of a ``podracer train`` (or ``sweep``) command line."""
     from podracer.runs import RunSpec
@@ -322,6 +354,7 @@ def run_spec(argv: Sequence[str]):
         arch_config=arch_config,
         options=selectors.options,
         population=selectors.population_config,
+        env_options=selectors.env_options,
     )
     return spec, selectors
 

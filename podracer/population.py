@@ -473,16 +473,18 @@ def build_system(
     seed: int = 0,
     devices: Sequence[jax.Device] | None = None,
     hparams: dict[str, Sequence[float]] | None = None,
+    env_options: Any = None,
 ):
     """The system of a population on ``loop`` (one whose members run as one program): the
     recipe's :class:`~podracer.loops.Members` with traced hyper-parameters and this module's
-    :class:`~podracer.loops.Periodic`.
+    :class:`~podracer.loops.Periodic`, whose tournament evaluates on the recipe's environment
+    (``env_options``: an :class:`~podracer.envs.EnvOptions`, as in training).
 
     ``config`` is the loop's config; it is given ``population.size`` members (member ``i`` uses
     seed ``seed + i``). ``hparams`` gives members' initial values explicitly
     (``{name: [P values]}``), in place of ``population.init``.
     """
-    from podracer import envs, loops
+    from podracer import loops
 
     if not loop.members_in_one_program:
         raise ConfigError(
@@ -492,7 +494,6 @@ def build_system(
     bounds = spaces(agent_spec, population)
     initial = initial_hparams(agent_config, population, bounds)
     initial.update(check_explicit_hparams(agent_config, hparams or {}, bounds, population.size))
-    env = envs.make(env_id)
     return loops.build(
         loop,
         env_id,
@@ -503,13 +504,14 @@ def build_system(
         seed=seed,
         devices=devices,
         members=lambda recipe: Members(recipe.member, initial, np.arange(population.size)),
-        periodic=lambda recipe: make_periodic(env, recipe.member, population, bounds),
+        periodic=lambda recipe: make_periodic(recipe.make_env(), recipe.member, population, bounds),
+        env_options=env_options,
     )
 
 
 def build(env_id: str, agent_config: Any, config, population: PopulationConfig, **kwargs: Any):
     """:func:`build_system` of a registered agent's config on the Anakin loop; ``kwargs``:
-    ``total_timesteps``, ``seed``, ``devices``, ``hparams``."""
+    ``total_timesteps``, ``seed``, ``devices``, ``hparams``, ``env_options``."""
     from podracer import agents, loops
 
     spec = agents.spec_of(agent_config)
@@ -529,6 +531,7 @@ def train(
     devices: Sequence[jax.Device] | None = None,
     progress=None,
     hparams: dict[str, Sequence[float]] | None = None,
+    env_options: Any = None,
     **run_options: Any,
 ):
     """Builds the population on the Anakin loop (:func:`build`) and runs it; the result's
@@ -543,6 +546,7 @@ def train(
         seed=seed,
         devices=devices,
         hparams=hparams,
+        env_options=env_options,
     )
     result = system.run(run_options.pop("state", None), seed=seed, progress=progress, **run_options)
     result.summary.update(population=population.size, **final_scores(result.events))

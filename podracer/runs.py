@@ -2,7 +2,8 @@
 
 A run directory holds::
 
-    config.json      the full resolved RunSpec (load it back with load_spec)
+    config.json      the full resolved RunSpec (load it back with load_spec), the environment's
+                     options (env_options: params, observe) included
     metrics.jsonl    "train" and "eval" records (podracer.logging)
     leaderboard.jsonl  a population's "leaderboard" records (podracer.population)
     tb/              TensorBoard events
@@ -32,6 +33,7 @@ import numpy as np
 from podracer import agents, loops
 from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
+from podracer.envs.options import EnvOptions, as_options
 from podracer.logging import make_logger
 from podracer.loops.common import Diverged, check_finite, params_finite
 from podracer.parallel import is_main_process
@@ -92,8 +94,12 @@ class RunSpec:
     arch_config: Any
     options: RunOptions = RunOptions()
     population: Any = None  # a PopulationConfig: tournament-based ensemble training (Anakin)
+    # --env-param, --env-observe: the options every environment of the run is built with
+    env_options: EnvOptions = dataclasses.field(default_factory=EnvOptions)
 
     def __post_init__(self):
+        if not isinstance(self.env_options, EnvOptions):
+            object.__setattr__(self, "env_options", as_options(self.env_options))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ConfigError(f"--seed={self.seed!r} is not allowed: it must be an integer >= 0")
         if self.population is not None and not loops.get(self.arch).members_in_one_program:
@@ -113,6 +119,7 @@ class RunSpec:
             "agent_config": dataclasses.asdict(self.agent_config),
             "arch_config": dataclasses.asdict(self.arch_config),
             "options": dataclasses.asdict(self.options),
+            "env_options": self.env_options.to_dict(),
         }
         if self.population is not None:
             out["population"] = dataclasses.asdict(self.population)
@@ -139,11 +146,11 @@ def dataclass_from_dict(cls: type, values: dict[str, Any], where: str):
 
 def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
     known = {"arch", "agent", "env", "seed", "total_timesteps", "agent_config", "arch_config"}
-    unknown = sorted(set(data) - known - {"options", "population"})
+    unknown = sorted(set(data) - known - {"options", "population", "env_options"})
     if unknown:
         raise ConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(sorted(known))}"
-            ", options, population"
+            ", options, population, env_options"
         )
     population = None
     if data.get("population") is not None:
@@ -174,6 +181,7 @@ def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
         arch_config=dataclass_from_dict(arch_cls, data.get("arch_config", {}), f"{where}: arch"),
         options=dataclass_from_dict(RunOptions, data.get("options", {}), f"{where}: options"),
         population=population,
+        env_options=EnvOptions.from_dict(data.get("env_options"), f"{where}: env_options"),
     )
 
 
@@ -441,7 +449,7 @@ def run_logger(run_dir: str, spec: RunSpec, *, console: bool = True):
 
 def build_system(spec: RunSpec, devices=None) -> loops.System:
     """The system of a spec, through the loop registry: a population's when
-    ``spec.population`` is set."""
+    ``spec.population`` is set; its environments have ``spec.env_options``."""
     loop = loops.get(spec.arch)
     agent_spec = agents.get(spec.agent)
     if spec.population is not None:
@@ -457,6 +465,7 @@ def build_system(spec: RunSpec, devices=None) -> loops.System:
             total_timesteps=spec.total_timesteps,
             seed=spec.seed,
             devices=devices,
+            env_options=spec.env_options,
         )
     return loops.build(
         loop,
@@ -467,6 +476,7 @@ def build_system(spec: RunSpec, devices=None) -> loops.System:
         total_timesteps=spec.total_timesteps,
         seed=spec.seed,
         devices=devices,
+        env_options=spec.env_options,
     )
 
 

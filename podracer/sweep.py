@@ -93,9 +93,11 @@ def sweep_system(
     seed: int = 0,
     total_timesteps: int,
     devices=None,
+    env_options=None,
 ):
     """The system that runs the whole grid as one program of ``loop`` (its members in one
-    program; member ``c * seeds + s`` has combination ``c`` and seed ``seed + s``)."""
+    program; member ``c * seeds + s`` has combination ``c`` and seed ``seed + s``), every member
+    on the environment with ``env_options`` (an :class:`~podracer.envs.EnvOptions`)."""
     from podracer import loops
 
     check_grid(agent_spec, agent_config, grid)
@@ -109,6 +111,7 @@ def sweep_system(
         seed=seed,
         devices=devices,
         members=lambda recipe: members(grid, recipe.member),
+        env_options=env_options,
     )
 
 
@@ -123,7 +126,7 @@ def run_in_one_program(system, grid: Grid, *, seed: int = 0, progress=None):
 
 def sweep_in_one_program(loop, env_id, agent_spec, agent_config, config, grid, **kwargs):
     """:func:`sweep_system` and :func:`run_in_one_program` in one call (``kwargs``: ``seed``,
-    ``total_timesteps``, ``devices``, ``progress``)."""
+    ``total_timesteps``, ``devices``, ``progress``, ``env_options``)."""
     progress = kwargs.pop("progress", None)
     system = sweep_system(loop, env_id, agent_spec, agent_config, config, grid, **kwargs)
     return run_in_one_program(system, grid, seed=kwargs.get("seed", 0), progress=progress)
@@ -218,6 +221,7 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
             grid,
             seed=spec.seed,
             total_timesteps=spec.total_timesteps,
+            env_options=spec.env_options,
         )
         runs.save_spec(
             run_dir,

@@ -110,6 +110,70 @@ STATIC = [
         ["train", "--population", "4", "--population.hparams", "lr", "epsilon", *T],
         "names 'epsilon', which ppo cannot carry",
     ),
+    # environment options
+    (
+        ["train", "--env", "gymnax:MemoryChain-bsuite", "--env-param", "memory_lenght=10", *T],
+        "--env-param memory_lenght=10 is not allowed: gymnax:MemoryChain-bsuite has no parameter "
+        "'memory_lenght' (did you mean memory_length?); its parameters are max_steps_in_episode, "
+        "memory_length",
+    ),
+    (
+        ["train", "--env", "gymnax:MemoryChain-bsuite", "--env-param", "memory_length=ten", *T],
+        "--env-param memory_length=ten is not allowed: memory_length of "
+        "gymnax:MemoryChain-bsuite takes an integer (its default is 5)",
+    ),
+    (
+        ["train", "--arch", "sebulba", "--env", "gymnax:MemoryChain-bsuite", "--env-param", "x=3"],
+        "gymnax:MemoryChain-bsuite has no parameter 'x'; its parameters are max_steps_in_episode",
+    ),
+    (["train", "--env-param", "memory_length", *T], "--env-param memory_length is not allowed"),
+    (["train", "--env-param", "a=1", "--env-param", "a=2", *T], "a is given twice"),
+    (
+        ["train", "--env", "gymnax:Acrobot-v1", "--env-param", "available_torque=1", *T],
+        "available_torque of gymnax:Acrobot-v1 is an array of shape (3,); --env-param sets int",
+    ),
+    (
+        ["train", "--arch", "sebulba", "--env", "envpool:CartPole-v1", "--env-param", "fps=3"],
+        "envpool:CartPole-v1 has no parameter 'fps'; its parameters are max_episode_steps, "
+        "thread_affinity_offset",
+    ),
+    (
+        [
+            "train",
+            "--arch",
+            "sebulba",
+            "--env",
+            "gymnasium:CartPole-v1",
+            "--env-param",
+            "sutton_barto_reward=maybe",
+            *T,
+        ],
+        "sutton_barto_reward of gymnasium:CartPole-v1 takes true or false (its default is False)",
+    ),
+    (
+        ["train", "--env-observe", "0,7", *T],
+        "--env-observe 0,7 is not allowed: index 7 is outside gymnax:CartPole-v1's observations "
+        "of 4 entries; give distinct indices in 0..3",
+    ),
+    (["train", "--env-observe", "2,2", *T], "--env-observe 2,2 is not allowed: index 2 is given"),
+    (["train", "--env-observe", "0,x", *T], "--env-observe 0,x is not allowed: give comma-sep"),
+    (
+        ["train", "--env", "gymnax:Breakout-MinAtar", "--env-observe", "0,2", *T],
+        "--env-observe 0,2 is not allowed: gymnax:Breakout-MinAtar's observations have shape "
+        "(10, 10, 4), not a vector's; --env-observe takes environments with 1-D observations",
+    ),
+    (
+        ["train", "--arch", "sebulba", "--env", "envpool:CartPole-v1", "--env-observe", "1,4", *T],
+        "--env-observe 1,4 is not allowed: index 4 is outside envpool:CartPole-v1's observations",
+    ),
+    (
+        ["sweep", "--env-param", "frobnicate=1", "--sweep.lr", "1e-3,3e-3", *T],
+        "--env-param frobnicate=1 is not allowed: gymnax:CartPole-v1 has no parameter 'frobnicate'",
+    ),
+    (
+        ["train", "--config", "envopts.yaml", *T],
+        "env_options: unknown key(s) param; the keys are params, observe",
+    ),
     # files and directories given by the user
     (["train", "--config", "nofile.yaml", *T], "--config='nofile.yaml': no such file"),
     (["train", "--config", "list.yaml", *T], "--config='list.yaml' must hold a mapping"),
@@ -141,6 +205,7 @@ def user_files(root):
     (root / "broken.yaml").write_text("agent_config: [1\n")
     (root / "fields.yaml").write_text("agent_config: {lrr: 3}\n")
     (root / "keys.yaml").write_text("colour: red\n")
+    (root / "envopts.yaml").write_text("env_options: {param: {memory_length: 3}}\n")
     (root / "notjson").mkdir()
     (root / "notjson" / "config.json").write_text("{agent: ppo")
     (root / "notobject").mkdir()
@@ -229,6 +294,7 @@ def saved_run(tmp_path_factory):
         "otherenv": {"env": "gymnax:Acrobot-v1"},
         "otheragent": {"agent": "qlambda", "agent_config": {}},
         "othersize": {"agent_config": {**config["agent_config"], "hidden_sizes": [32]}},
+        "otherparam": {"env_options": {"params": {"memory_length": 3}, "observe": []}},
     }
     for name, edit in edits.items():
         shutil.copytree(root / "run", root / name)
@@ -255,6 +321,12 @@ WITH_RUN = [
         "not in the checkpoint",
     ),
     (["train", "--resume", "othersize", "--total-timesteps", "1024"], "saved (1, 64), not (1, 32)"),
+    (["train", "--resume", "run", "--env-param", "x=1"], "not --env-param: a resumed run keeps"),
+    (["train", "--resume", "run", "--env-observe", "0"], "not --env-observe: a resumed run keeps"),
+    (
+        ["eval", "otherparam"],  # its config.json's env_options are what eval builds
+        "--env-param memory_length=3 is not allowed: gymnax:CartPole-v1 has no parameter",
+    ),
     (["eval", "run", "--step", "7"], "no checkpoint of step 7"),
     (["eval", "run", "--best"], "no checkpoint in"),
 ]

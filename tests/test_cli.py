@@ -103,6 +103,8 @@ def test_help_lists_fields():
     assert proc.returncode == 0
     for flag in ("--agent.lr", "--agent.num-minibatches", "--arch.num-envs", "--total-timesteps"):
         assert flag in proc.stdout
+    for flag in ("--env-param NAME=VALUE", "--env-observe INDICES"):
+        assert flag in proc.stdout
 
 
 def test_sebulba_from_the_command_line(tmp_path):
@@ -151,6 +153,62 @@ def test_config_file_then_flags(tmp_path):
     proc = podracer("train", "--config", str(bad), timeout=60)
     assert proc.returncode == 2 and "unknown field(s) lr_max for PPOConfig" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_env_options_from_a_config_file_then_flags(tmp_path):
+    path = tmp_path / "memory.yaml"
+    path.write_text(
+        "env: gymnax:MemoryChain-bsuite\n"
+        "env_options:\n  params: {memory_length: 8, max_steps_in_episode: 50}\n"
+    )
+    selectors, _, _ = parse_train_args(["--config", str(path), "--env-param", "memory_length=3"])
+    assert selectors.env_options.param_dict == {"max_steps_in_episode": 50, "memory_length": 3}
+    selectors, _, _ = parse_train_args(["--env-observe", "2,0", "--env-param", "gravity=9"])
+    assert selectors.env_options.observe == (2, 0)
+    assert selectors.env_options.param_dict == {"gravity": 9.0}  # CartPole's gravity is a float
+
+
+def train_episodes(run_dir):
+    """The episodes each ``"train"`` record of ``run_dir/metrics.jsonl`` counts."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    return [r["episodes"] for r in records if r["kind"] == "train"]
+
+
+def test_env_param_run_and_resume_keep_memory_length(tmp_path):
+    """``--env-param memory_length=3``: MemoryChain's episodes last 4 steps, so each update of
+    4 envs x 32 steps counts exactly 32 episodes (the default's 6 steps would give 21 or 22);
+    config.json keeps the option and the resumed run steps the same environment."""
+    run = str(tmp_path / "run")
+    first = podracer(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        "gymnax:MemoryChain-bsuite",
+        "--env-param",
+        "memory_length=3",
+        "--total-timesteps",
+        "4096",
+        "--run-dir",
+        run,
+        "--quiet",
+        "--arch.num-envs",
+        "4",
+        "--arch.rollout-len",
+        "32",
+        "--agent.num-minibatches",
+        "2",
+    )
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout.strip().splitlines()[-1])["num_updates"] == 32
+    assert train_episodes(run) == [32] * 32
+    with open(os.path.join(run, "config.json")) as f:
+        assert json.load(f)["env_options"] == {"params": {"memory_length": 3}, "observe": []}
+    resumed = podracer("train", "--resume", run, "--total-timesteps", "4608", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["start_update"] == 32
+    assert train_episodes(run) == [32] * 36
 
 
 def test_resume_eval_and_plot_from_the_command_line(tmp_path):

@@ -16,6 +16,7 @@ from podracer.agents import PPOConfig
 from podracer.anakin import AnakinConfig
 from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
+from podracer.envs import EnvOptions
 from podracer.loops.common import params_checksum
 from podracer.sebulba import SebulbaConfig
 
@@ -66,11 +67,61 @@ def test_config_round_trip(tmp_path):
         SPEC,
         arch="sebulba",
         arch_config=SebulbaConfig(learner_device_ids=(1,), envs_per_actor=16),
+        env_options=EnvOptions(params={"gravity": 12.0, "max_steps_in_episode": 9}, observe=(2,)),
     )
     runs.save_spec(str(tmp_path), spec)
     assert runs.load_spec(str(tmp_path)) == spec
     with open(tmp_path / "config.json") as f:
-        assert json.load(f)["agent_config"]["hidden_sizes"] == [32, 32]
+        data = json.load(f)
+    assert data["agent_config"]["hidden_sizes"] == [32, 32]
+    assert data["env_options"] == {
+        "params": {"gravity": 12.0, "max_steps_in_episode": 9},
+        "observe": [2],
+    }
+    del data["env_options"]  # a run directory saved before env options existed
+    assert runs.spec_from_dict(data).env_options == EnvOptions()
+
+
+def test_env_options_are_saved_and_kept_by_resume_and_eval(tmp_path, two_devices):
+    """A Sebulba run on envpool's CartPole with ``max_episode_steps=10`` and positions only
+    (``observe=(0, 2)``): the actors and the evaluator see 2 entries (the network's first layer
+    takes 2 inputs) and no episode lasts more than 10 steps, in training, in the resumed run and
+    in ``evaluate_run``; config.json keeps the options."""
+    options = EnvOptions(params={"max_episode_steps": 10}, observe=(0, 2))
+    spec = runs.RunSpec(
+        arch="sebulba",
+        agent="ppo",
+        env="envpool:CartPole-v1",
+        seed=0,
+        total_timesteps=2 * 8 * 16,
+        agent_config=PPOConfig(num_minibatches=2, hidden_sizes=(16,)),
+        arch_config=SebulbaConfig(
+            learner_device_ids=(1,), envs_per_actor=8, rollout_len=16, deterministic=True
+        ),
+        options=runs.RunOptions(tensorboard=False, eval_interval=2, eval_episodes=4),
+        env_options=options,
+    )
+    run_dir = str(tmp_path / "run")
+    runs.train(spec, run_dir, console=False, devices=two_devices)
+    loaded = runs.load_spec(run_dir)
+    assert loaded.env_options == options
+    longer = dataclasses.replace(loaded, total_timesteps=4 * 8 * 16)
+    resumed = runs.train(longer, run_dir, resume=True, console=False, devices=two_devices)
+    assert resumed["start_update"] == 2 and resumed["num_updates"] == 4
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    lengths = [r["episode_return"] for r in records if r["kind"] == "train" and r["episodes"]]
+    evals = [r["eval_return"] for r in records if r["kind"] == "eval"]
+    assert len(lengths) >= 2 and len(evals) == 2  # CartPole's return is its length
+    assert max(lengths + evals) <= 10.0 and min(lengths) >= 8.0
+    system = runs.build_system(longer, two_devices)
+    assert system.recipe.env_spec.observation.shape == (2,)
+    with Checkpointer(run_dir) as checkpointer:
+        state, _ = checkpointer.restore(system.init(0))
+    assert {x.shape for x in jax.tree.leaves(state.params)} >= {(2, 16)}
+    assert (4, 16) not in {x.shape for x in jax.tree.leaves(state.params)}
+    result = runs.evaluate_run(run_dir, episodes=4)
+    assert result["updates"] == 4 and 1.0 <= result["min"] <= result["max"] <= 10.0
 
 
 def test_unknown_fields_in_a_config_are_named(tmp_path):

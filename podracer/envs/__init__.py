@@ -8,6 +8,10 @@ environments (``brax:ant``, ``brax:halfcheetah``, ...; options in the id as a qu
 optional extra), an id added with :func:`register`, and ``"module:attribute"``: a user's
 environment class or factory, imported from ``sys.path`` or the current directory and called
 with the keyword arguments (``podracer train --env my_envs:make_env``).
+
+A run's environment options (``--env-param``, ``--env-observe``: :class:`EnvOptions`) are
+applied by :func:`make_with_options`, the one factory every loop builds its JAX environments
+with (:mod:`podracer.envs.options`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from podracer.envs import brax as brax_envs
 from podracer.envs.brax import BRAX_IDS, BraxEnvironment  # brax itself: when a brax: id is made
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax import CONTINUOUS_IDS, DISCRETE_IDS, GymnaxEnvironment
-from podracer.envs.wrappers import EpisodeStatistics
+from podracer.envs.options import EnvOptions, make_with_options
+from podracer.envs.wrappers import EpisodeStatistics, ObservationMask, WithParams
 
 KNOWN_IDS: tuple[str, ...] = (
     "catch",
@@ -98,8 +103,12 @@ __all__ = [
     "KNOWN_IDS",
     "BraxEnvironment",
     "Catch",
+    "EnvOptions",
     "EpisodeStatistics",
     "GymnaxEnvironment",
+    "ObservationMask",
+    "WithParams",
     "make",
+    "make_with_options",
     "register",
 ]

@@ -48,6 +48,11 @@ class Catch:
     def default_params(self) -> CatchParams:
         return self._params
 
+    def with_params(self, params: CatchParams) -> Catch:
+        """Catch with ``params`` as its ``default_params`` (``--env-param rows=12``): the board's
+        size, and so the observation spec, is theirs."""
+        return Catch(rows=params.rows, columns=params.columns)
+
     @property
     def observation_spec(self) -> ObservationSpec:
         return ObservationSpec((self._params.rows, self._params.columns), jnp.dtype(jnp.float32))

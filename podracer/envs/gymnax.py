@@ -15,6 +15,7 @@ MountainCarContinuous clip them to their bounds, the ``-misc`` tasks do not.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import jax.numpy as jnp
@@ -64,7 +65,6 @@ class GymnaxEnvironment:
 
     def __init__(self, name: str, **env_kwargs: Any):
         import gymnax
-        from gymnax.environments import spaces
 
         if name not in DISCRETE_IDS and name not in CONTINUOUS_IDS:
             raise ConfigValueError(
@@ -73,6 +73,13 @@ class GymnaxEnvironment:
             )
         self.id = f"gymnax:{name}"
         self._env, self._default_params = gymnax.make(name, **env_kwargs)
+        self._set_specs()
+
+    def _set_specs(self) -> None:
+        """The specs of the environment with its ``default_params`` (gymnax's spaces take the
+        params: Pendulum's action bounds are ``params.max_torque``)."""
+        from gymnax.environments import spaces
+
         action_space = self._env.action_space(self._default_params)
         self._action_spec: DiscreteActionSpec | BoundedActionSpec
         if isinstance(action_space, spaces.Discrete):
@@ -92,6 +99,14 @@ class GymnaxEnvironment:
     @property
     def default_params(self) -> Any:
         return self._default_params
+
+    def with_params(self, params: Any) -> GymnaxEnvironment:
+        """This environment with ``params`` as its ``default_params`` (``--env-param``), its
+        specs computed from them."""
+        env = copy.copy(self)
+        env._default_params = params
+        env._set_specs()
+        return env
 
     @property
     def observation_spec(self) -> ObservationSpec:

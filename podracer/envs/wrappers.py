@@ -52,3 +52,59 @@ class EpisodeStatistics:
 
     def __repr__(self) -> str:
         return f"EpisodeStatistics({self._env!r})"
+
+
+class WithParams:
+    """An environment whose ``default_params`` are ``params`` (the fields ``--env-param`` set);
+    everything else is the wrapped environment's, its specs included."""
+
+    def __init__(self, env, params: Any):
+        self._env = env
+        self.id = env.id
+        self._params = params
+
+    @property
+    def default_params(self) -> Any:
+        return self._params
+
+    def __getattr__(self, name):  # observation_spec, action_spec, reset, step, ...
+        return getattr(self._env, name)
+
+    def __repr__(self) -> str:
+        return f"WithParams({self._env!r}, {self._params!r})"
+
+
+class ObservationMask:
+    """Keeps the entries ``indices`` of a vector observation, in that order (``--env-observe``):
+    ``obs`` and ``final_obs`` become ``[len(indices)]``, and so does the observation spec."""
+
+    def __init__(self, env, indices, env_id: str | None = None):
+        from podracer.envs.options import check_observe
+        from podracer.types import ObservationSpec
+
+        self._env = env
+        self.id = env.id
+        spec = env.observation_spec
+        self.indices = check_observe(env_id or env.id, tuple(indices), tuple(spec.shape))
+        self._spec = ObservationSpec((len(self.indices),), spec.dtype)
+
+    @property
+    def observation_spec(self):
+        return self._spec
+
+    def __getattr__(self, name):  # default_params, action_spec, ...
+        return getattr(self._env, name)
+
+    def _mask(self, ts):
+        return ts._replace(obs=ts.obs[..., self.indices], final_obs=ts.final_obs[..., self.indices])
+
+    def reset(self, key, params):
+        state, ts = self._env.reset(key, params)
+        return state, self._mask(ts)
+
+    def step(self, key, state, action, params):
+        state, ts = self._env.step(key, state, action, params)
+        return state, self._mask(ts)
+
+    def __repr__(self) -> str:
+        return f"ObservationMask({self._env!r}, {self.indices.tolist()})"

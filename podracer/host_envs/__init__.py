@@ -23,9 +23,11 @@ come as f32.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from podracer.config import ConfigValueError
+from podracer.envs.options import EnvOptions
 from podracer.host_envs.envpool import AtariOptions, EnvpoolEnvironment
 from podracer.types import HostEnvironment
 
@@ -33,17 +35,39 @@ PREFIXES = ("envpool:", "gymnasium:")
 
 
 def make(
-    env_id: str, *, num_envs: int, batch_size: int | None = None, **options: Any
+    env_id: str,
+    *,
+    num_envs: int,
+    batch_size: int | None = None,
+    env_options: EnvOptions | Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> HostEnvironment:
-    """``num_envs`` host environments of ``env_id`` (a :class:`HostEnvironment`);
-    ``batch_size < num_envs`` asks for async mode (envpool only). ``options`` go to the
-    environment kind's own ``make``: ``seed`` for every kind, ``num_threads`` and the task's
-    settings for envpool (:func:`podracer.host_envs.envpool.make`), gymnasium's keyword
-    arguments for gymnasium (:func:`podracer.host_envs.gymnasium.make`)."""
+    """THE factory of host environments: ``num_envs`` host environments of ``env_id`` (a
+    :class:`HostEnvironment`) with a run's ``env_options``
+    (:class:`~podracer.envs.EnvOptions`); ``batch_size < num_envs`` asks for async mode
+    (envpool only).
+
+    ``env_options.params`` are keyword arguments of an envpool or gymnasium environment's
+    ``make``, typed by their defaults (:func:`podracer.envs.options.param_defaults`), or the
+    ``default_params`` fields of a JAX environment; ``env_options.observe`` masks the
+    observations (:class:`~podracer.host_envs.observe.ObservedHostEnvironment`, on device for a
+    JAX environment). ``options`` go to the environment kind's own ``make`` as they are:
+    ``seed`` for every kind, ``num_threads`` and the task's settings for envpool
+    (:func:`podracer.host_envs.envpool.make`), gymnasium's keyword arguments for gymnasium
+    (:func:`podracer.host_envs.gymnasium.make`)."""
+    from podracer.envs.options import as_options, param_defaults, typed_params
+
+    env_options = as_options(env_options)
+    if env_id.startswith(PREFIXES) and env_options.params:
+        options = {
+            **options,
+            **typed_params(env_id, env_options.param_dict, param_defaults(env_id)),
+        }
     if env_id.startswith("envpool:"):
         from podracer.host_envs import envpool
 
-        return envpool.make(env_id, num_envs=num_envs, batch_size=batch_size, **options)
+        env = envpool.make(env_id, num_envs=num_envs, batch_size=batch_size, **options)
+        return _observed(env, env_options)
     if batch_size is not None and batch_size != num_envs:
         raise ConfigValueError(
             f"async mode (batch_size={batch_size} < num_envs={num_envs}) needs an envpool "
@@ -54,16 +78,31 @@ def make(
     if env_id.startswith("gymnasium:"):
         from podracer.host_envs import gymnasium
 
-        return gymnasium.make(env_id, num_envs=num_envs, seed=seed, **options)
-    from podracer import envs
+        env = gymnasium.make(env_id, num_envs=num_envs, seed=seed, **options)
+        return _observed(env, env_options)
+    from podracer.envs.options import make_with_options
     from podracer.host_envs.jax_env import JaxHostEnvironment
 
     if options:
         raise ConfigValueError(
             f"environment options {sorted(options)} are not allowed for {env_id!r}: they apply "
-            "to envpool and gymnasium ids"
+            "to envpool and gymnasium ids; a JAX environment's parameters are "
+            "env_options.params (--env-param)"
         )
-    return JaxHostEnvironment(envs.make(env_id), num_envs, seed=seed)
+    return JaxHostEnvironment(make_with_options(env_id, env_options), num_envs, seed=seed)
+
+
+def _observed(env: HostEnvironment, env_options: EnvOptions) -> HostEnvironment:
+    """``env`` with ``env_options.observe``'s mask, if any (closed when the mask is refused)."""
+    if not env_options.observe:
+        return env
+    from podracer.host_envs.observe import ObservedHostEnvironment
+
+    try:
+        return ObservedHostEnvironment(env, env_options.observe)
+    except Exception:
+        env.close()
+        raise
 
 
 __all__ = ["PREFIXES", "AtariOptions", "EnvpoolEnvironment", "make"]

@@ -680,6 +680,43 @@ class EnvpoolEnvironment:
         )
 
 
+def _task(env_id: str) -> str:
+    """The envpool task of ``env_id``; an id that is not ``envpool:<task>`` of an existing task
+    is an error (with close matches)."""
+    if not isinstance(env_id, str) or not env_id.startswith(PREFIX):
+        raise ConfigValueError(
+            f"environment id {env_id!r} is not allowed: envpool ids look like "
+            f"'{PREFIX}<task>', e.g. '{PREFIX}CartPole-v1' or '{PREFIX}Breakout-v5'"
+        )
+    import envpool
+
+    task = env_id[len(PREFIX) :]
+    all_ids = envpool.list_all_envs()
+    if task not in all_ids:
+        close = difflib.get_close_matches(task, all_ids, n=5, cutoff=0.6)
+        hint = f"close matches: {', '.join(PREFIX + c for c in close)}; " if close else ""
+        raise ConfigValueError(
+            f"envpool task {task!r} (from {env_id!r}) does not exist: {hint}"
+            "envpool.list_all_envs() lists every task id"
+        )
+    return task
+
+
+def option_defaults(env_id: str) -> dict[str, Any]:
+    """The options :func:`make` takes for ``env_id`` and their defaults (envpool's task config,
+    without what ``make`` sets itself; an Atari task's :class:`AtariOptions` in place of
+    envpool's names for them): what ``--env-param`` can set on Sebulba."""
+    import envpool
+    from envpool.registration import registry
+
+    task = _task(env_id)
+    config = envpool.make_spec(task).config._asdict()
+    out = {k: v for k, v in config.items() if k not in _MANAGED and k not in _NOT_OPTIONS}
+    if registry.specs[task][0] == "envpool.atari":
+        out.update(dataclasses.asdict(AtariOptions()))
+    return dict(sorted(out.items()))
+
+
 def make(
     env_id: str,
     *,
@@ -710,24 +747,10 @@ def make(
         the task does not take.
       ConfigError: a value that is not allowed.
     """
-    if not isinstance(env_id, str) or not env_id.startswith(PREFIX):
-        raise ConfigValueError(
-            f"environment id {env_id!r} is not allowed: envpool ids look like "
-            f"'{PREFIX}<task>', e.g. '{PREFIX}CartPole-v1' or '{PREFIX}Breakout-v5'"
-        )
     import envpool
     from envpool.registration import registry
 
-    task = env_id[len(PREFIX) :]
-    all_ids = envpool.list_all_envs()
-    if task not in all_ids:
-        close = difflib.get_close_matches(task, all_ids, n=5, cutoff=0.6)
-        hint = f"close matches: {', '.join(PREFIX + c for c in close)}; " if close else ""
-        raise ConfigValueError(
-            f"envpool task {task!r} (from {env_id!r}) does not exist: {hint}"
-            "envpool.list_all_envs() lists every task id"
-        )
-
+    task = _task(env_id)
     spec = envpool.make_spec(task)
     config = spec.config._asdict()
     with _quiet_spaces():

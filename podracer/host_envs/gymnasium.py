@@ -272,6 +272,33 @@ def _find_id(env_id: str, name: str) -> str:
     )
 
 
+def option_defaults(env_id: str) -> dict[str, Any]:
+    """The keyword arguments of ``gymnasium.make`` for ``env_id`` that have a default, and the
+    defaults: ``max_episode_steps``, the keyword arguments of its registration and those of its
+    constructor (what ``--env-param`` can set on Sebulba). A constructor that takes ``**kwargs``
+    may take more; name them in ``env_options`` of the library's ``train``."""
+    import gymnasium
+    from gymnasium.envs.registration import load_env_creator
+
+    from podracer.envs.options import constructor_defaults
+
+    if not isinstance(env_id, str) or not env_id.startswith(PREFIX):
+        raise ConfigValueError(
+            f"environment id {env_id!r} is not allowed: gymnasium ids look like "
+            f"'{PREFIX}<id>', e.g. '{PREFIX}CartPole-v1' or '{PREFIX}Pendulum-v1'"
+        )
+    spec = gymnasium.spec(_find_id(env_id, env_id[len(PREFIX) :]))
+    entry = spec.entry_point
+    try:
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    except (ImportError, AttributeError, gymnasium.error.Error):
+        creator = None
+    out = {} if creator is None else constructor_defaults(creator)
+    out.update(spec.kwargs)
+    out["max_episode_steps"] = spec.max_episode_steps
+    return dict(sorted(out.items()))
+
+
 def make(env_id: str, *, num_envs: int, seed: int = 0, **options: Any) -> GymnasiumEnvironment:
     """Builds ``num_envs`` gymnasium environments of ``env_id = "gymnasium:<id>"`` (sync mode).
 

@@ -5,14 +5,17 @@ A loop is one module that exports a :class:`Loop`; :func:`get` finds it by name
 command line only ever do this::
 
     loop = loops.get(name)
-    recipe = make_recipe(loop, env_id, agent_spec, agent_config, loop_config, ...)  # once
+    recipe = make_recipe(loop, env_id, agent_spec, agent_config, loop_config,
+                         env_options=..., ...)                                # once
     system = loop.build(recipe, loop_config, devices=..., members=..., periodic=...)
     state = system.init(seed)                  # or a checkpoint restored into it
     result = system.run(state, seed=..., start_update=..., hooks=..., progress=...)
     evaluate = system.evaluator(seed=..., episodes=..., greedy=...)
 
 and never look inside a system. ``RunResult`` (:mod:`podracer.loops.common`) is the one
-result type.
+result type. A system builds every environment with the recipe's
+:class:`~podracer.envs.EnvOptions` (``recipe.make_env()`` for a JAX environment,
+:func:`podracer.host_envs.make` with ``recipe.env_options`` for a host one).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 from podracer import parallel
 from podracer.config import ConfigValueError
+from podracer.envs.options import EnvOptions
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.layout import LearnerLayout, LearnerLayoutFields, learner_layout
 from podracer.loops.recipe import Recipe, make_recipe
@@ -66,7 +70,9 @@ class Loop(NamedTuple):
 
     - ``name``: the ``--arch`` name; ``config_cls``: its frozen config dataclass (``--arch.FIELD``);
     - ``default_env(agent_spec) -> env id`` when none is given;
-    - ``probe(env_id, config, seed) -> EnvSpec``: the environment's specs (an unknown id fails);
+    - ``probe(env_id, config, seed, env_options) -> EnvSpec``: the specs of the environment
+      built with the run's :class:`~podracer.envs.EnvOptions`, by the factory the loop's
+      systems use (an unknown id or option fails);
     - ``steps_per_update(config)``: environment steps per update and member, every process;
     - ``build(recipe, config, *, devices, members, periodic) -> System``;
     - ``members_in_one_program``: sweeps and populations run their members as one program
@@ -81,7 +87,7 @@ class Loop(NamedTuple):
     name: str
     config_cls: type
     default_env: Callable[[Any], str]
-    probe: Callable[[str, Any, int], EnvSpec]
+    probe: Callable[[str, Any, int, EnvOptions], EnvSpec]
     steps_per_update: Callable[[Any], int]
     build: Callable[..., System]
     members_in_one_program: bool = False
@@ -127,13 +133,17 @@ def build(
     devices: Sequence[jax.Device] | None = None,
     members: Callable[[Recipe], Members] | None = None,
     periodic: Callable[[Recipe], Periodic] | None = None,
+    env_options: EnvOptions | dict[str, Any] | None = None,
     **options: Any,
 ) -> System:
     """The recipe (:func:`make_recipe`) and the system of ``loop`` in one call.
 
-    ``members`` and ``periodic`` are made from the recipe: a sweep's or a population's members
-    are its agent with traced hyper-parameters (``recipe.member``). ``options`` go to the loop's
-    ``build`` (Anakin: ``env_params``; Sebulba: ``env_options``). Without ``devices``, a CPU
+    ``env_options`` (an :class:`~podracer.envs.EnvOptions`, or a mapping of its ``params``)
+    are the environment's parameters and observation mask, for the probe and every environment
+    the system builds. ``members`` and ``periodic`` are made from the recipe: a sweep's or a
+    population's members are its agent with traced hyper-parameters (``recipe.member``).
+    ``options`` go to the loop's ``build`` (Anakin: ``env_params``, a whole params pytree that
+    replaces the environment's ``default_params`` in training). Without ``devices``, a CPU
     given one device per core (:func:`podracer.parallel.use_cpu_cores`) runs the members on
     them (``loop.place_members``)."""
     loop = get(loop) if isinstance(loop, str) else loop
@@ -148,6 +158,7 @@ def build(
         total_timesteps=total_timesteps,
         seed=seed,
         devices=devices,
+        env_options=env_options,
     )
     return loop.build(
         recipe,
@@ -176,7 +187,9 @@ def train(
 ) -> RunResult:
     """Builds the system of a registered agent's config (:func:`build`) and runs it for
     ``total_timesteps`` steps per member, without a run directory (:func:`podracer.runs.train`
-    keeps one); ``state`` and ``start_update`` resume, ``hooks`` see every call."""
+    keeps one); ``state`` and ``start_update`` resume, ``hooks`` see every call. ``options``:
+    ``env_options`` (an :class:`~podracer.envs.EnvOptions` or a mapping of parameters),
+    ``members``, ``periodic``, and the loop's own (:func:`build`)."""
     from podracer import agents
 
     system = build(

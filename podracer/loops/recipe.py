@@ -1,9 +1,12 @@
-"""The recipe: a run assembled once, from an environment id, an agent config, the run's length
-and the loop's config.
+"""The recipe: a run assembled once, from an environment id and its options, an agent config,
+the run's length and the loop's config.
 
-The environment is probed once (its :class:`~podracer.types.EnvSpec`), the agent and its
-optimizer are built once, the update counts computed once and the learner's layout chosen once
-for the backend; every loop, sweep and population reads them from here.
+The environment is probed once (its :class:`~podracer.types.EnvSpec`, with the run's
+:class:`~podracer.envs.EnvOptions`), the agent and its optimizer are built once, the update
+counts computed once and the learner's layout chosen once for the backend; every loop, sweep and
+population reads them from here. Every environment of a run has the recipe's options: JAX
+environments come from :meth:`Recipe.make_env`, host environments from
+:func:`podracer.host_envs.make` with ``recipe.env_options`` (Sebulba's ``env_factory``).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import jax
 import optax
 
 from podracer.agents.spec import AgentSpec
+from podracer.envs.options import EnvOptions, as_options
 from podracer.loops.layout import LearnerLayout, learner_layout
-from podracer.types import Agent, EnvSpec, Learner
+from podracer.types import Agent, Environment, EnvSpec, Learner
 
 
 class Recipe(NamedTuple):
@@ -33,6 +37,16 @@ class Recipe(NamedTuple):
     steps_per_update: int  # environment steps per update, per member, every process together
     num_updates: int  # max(1, total_timesteps // steps_per_update)
     layout: LearnerLayout
+    env_options: EnvOptions = EnvOptions()  # the environment's parameters and observation mask
+
+    def make_env(self) -> Environment:
+        """The run's JAX environment, with its options
+        (:func:`podracer.envs.make_with_options`): Anakin's rollout and evaluator, a
+        population's tournament. (Host environments: :func:`podracer.host_envs.make` with
+        ``env_options=recipe.env_options``, as Sebulba's ``env_factory`` does.)"""
+        from podracer.envs.options import make_with_options
+
+        return make_with_options(self.env_id, self.env_options)
 
     def member(self, hparams: dict[str, Any]) -> tuple[Agent, optax.GradientTransformation]:
         """``(agent, optimizer)`` of a member whose hyper-parameters ``hparams`` (traced scalars
@@ -81,9 +95,13 @@ def make_recipe(
     total_timesteps: int,
     seed: int = 0,
     devices: Sequence[jax.Device] | None = None,
+    env_options: EnvOptions | dict[str, Any] | None = None,
 ) -> Recipe:
-    """The :class:`Recipe` of a run on ``loop`` (a :class:`~podracer.loops.Loop`)."""
-    env_spec = loop.probe(env_id, loop_config, seed)
+    """The :class:`Recipe` of a run on ``loop`` (a :class:`~podracer.loops.Loop`); the probe
+    builds its environment with ``env_options`` (a mapping: their ``params``), as every
+    environment of the run is built."""
+    env_options = as_options(env_options)
+    env_spec = loop.probe(env_id, loop_config, seed, env_options)
     steps_per_update = loop.steps_per_update(loop_config)
     num_updates = max(1, total_timesteps // steps_per_update)
     agent, optimizer = agent_spec.build(
@@ -100,4 +118,5 @@ def make_recipe(
         steps_per_update=steps_per_update,
         num_updates=num_updates,
         layout=learner_layout(agent_config, loop_config, devices),
+        env_options=env_options,
     )

@@ -12,6 +12,7 @@ import numpy as np
 
 from podracer import host_envs, loops, seeding
 from podracer.core.learner import one_device
+from podracer.envs.options import EnvOptions, as_options
 from podracer.loops import Loop
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import Recipe
@@ -23,12 +24,19 @@ DEFAULT_ENV = "envpool:CartPole-v1"
 
 
 def env_factory(
-    env_id: str, config: SebulbaConfig, seed: int, env_options: dict[str, Any] | None = None
+    env_id: str,
+    config: SebulbaConfig,
+    seed: int,
+    env_options: EnvOptions | dict[str, Any] | None = None,
 ) -> Callable[[int], HostEnvironment]:
-    """``make_env(actor_index)``: the host environments (:func:`podracer.host_envs.make`) of
-    one actor, ``config.envs_per_actor`` of them, in async mode when
-    ``config.async_batch_size`` is set; each actor gets its own seed
-    (:data:`podracer.seeding.ENV_SEED_STRIDE`). ``env_options`` go to the environment kind."""
+    """``make_env(actor_index)``: the host environments of one actor, built by THE factory of
+    host environments (:func:`podracer.host_envs.make`) with the run's ``env_options``
+    (:class:`~podracer.envs.EnvOptions`; a mapping is their ``params``: an envpool or gymnasium
+    environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields),
+    ``config.envs_per_actor`` of them, in async mode when ``config.async_batch_size`` is set;
+    each actor gets its own seed (:data:`podracer.seeding.ENV_SEED_STRIDE`). The probe, the
+    actors and the evaluator all build theirs here."""
+    env_options = as_options(env_options)
 
     def make_env(actor: int) -> HostEnvironment:
         return host_envs.make(
@@ -37,7 +45,7 @@ def env_factory(
             batch_size=config.async_batch_size or None,
             seed=seeding.env_seed(seed, actor),
             num_threads=config.env_threads,
-            **(env_options or {}),
+            env_options=env_options,
         )
 
     return make_env
@@ -48,10 +56,13 @@ def steps_per_update(config: SebulbaConfig) -> int:
     return config.steps_per_update * jax.process_count()
 
 
-def probe(env_id: str, config: SebulbaConfig, seed: int) -> EnvSpec:
-    """The specs of a host environment of ``env_id`` (one is built and closed: an unknown id or
+def probe(
+    env_id: str, config: SebulbaConfig, seed: int, env_options: EnvOptions | None = None
+) -> EnvSpec:
+    """The specs of a host environment of ``env_id`` with the run's ``env_options``, built as
+    the actors build theirs (:func:`env_factory`; one is built and closed: an unknown id or
     option fails here, in the caller's thread)."""
-    env = env_factory(env_id, config, seed)(-1)
+    env = env_factory(env_id, config, seed, env_options)(-1)
     try:
         return EnvSpec(env.observation_spec, env.action_spec)
     finally:
@@ -60,12 +71,12 @@ def probe(env_id: str, config: SebulbaConfig, seed: int) -> EnvSpec:
 
 class SebulbaSystem(NamedTuple):
     """A built Sebulba system (a :class:`podracer.loops.System`). Its state is the learner's
-    :class:`~podracer.types.LearnerState`; actors' environments start afresh on every run."""
+    :class:`~podracer.types.LearnerState`; actors' environments start afresh on every run, and
+    have the recipe's options (``recipe.env_options``), as the probe's had."""
 
     recipe: Recipe
     config: SebulbaConfig
     devices: Sequence[jax.Device] | None = None
-    env_options: dict[str, Any] | None = None
 
     def init(self, seed: int):
         """A freshly initialised learner state on the learner mesh (also a checkpoint's template,
@@ -81,7 +92,7 @@ class SebulbaSystem(NamedTuple):
         hooks: RunHooks | None = None,
         progress=None,
     ) -> RunResult:
-        make_env = env_factory(self.recipe.env_id, self.config, seed, self.env_options)
+        make_env = env_factory(self.recipe.env_id, self.config, seed, self.recipe.env_options)
         return run(
             self.recipe,
             self.config,
@@ -106,7 +117,7 @@ class SebulbaSystem(NamedTuple):
             learner_device_ids=self.config.learner_device_ids[:1],
         )
         make_env = env_factory(
-            self.recipe.env_id, config, seed + seeding.EVAL_SEED_OFFSET, self.env_options
+            self.recipe.env_id, config, seed + seeding.EVAL_SEED_OFFSET, self.recipe.env_options
         )
         agent = self.recipe.agent
 
@@ -130,13 +141,12 @@ def build_system(
     devices: Sequence[jax.Device] | None = None,
     members: Members | None = None,
     periodic: Periodic | None = None,
-    env_options: dict[str, Any] | None = None,
 ) -> SebulbaSystem:
-    """:attr:`Loop.build` of Sebulba (one member; sweeps run their members in turn);
-    ``env_options`` go to the host environments (:func:`env_factory`)."""
+    """:attr:`Loop.build` of Sebulba (one member; sweeps run their members in turn); the
+    environments' options are the recipe's (``env_options`` of :func:`podracer.loops.build`)."""
     if members is not None or periodic is not None:
         raise ValueError("Sebulba runs one member per system: run the members in turn")
-    return SebulbaSystem(recipe, config, devices, env_options)
+    return SebulbaSystem(recipe, config, devices)
 
 
 LOOP = Loop(
