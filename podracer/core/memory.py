@@ -41,11 +41,18 @@ class Recurrent(NamedTuple):
     embed: Callable[[Any, Any], Any]  # embed(params, obs [N, ...]) -> x [N, ...]
     core: Callable[[Any, Any, Any], tuple[Any, Any]]  # core(params, carry, x) -> (carry, h)
     heads: Callable[[Any, Any], Any]  # heads(params, h [N, ...]) -> outputs [N, ...]
+    sequence: Callable[..., tuple[Any, Any]] | None = None
+    """``sequence(params, carry [B], x [T, B], starts [T, B]) -> (carries, h) [T, B]``: ``core``
+    over time with the reset, written for speed (:mod:`podracer.core.cells`); None: a
+    ``lax.scan`` of ``core``."""
 
 
 def recurrent(module, memory: str, size: int) -> Recurrent:
     """The :class:`Recurrent` of a flax module with ``embed``, ``core`` and ``heads`` methods
-    (:class:`podracer.networks.RecurrentActorCritic`, ``RecurrentQNetwork``)."""
+    and its cell under the name ``cell`` (:class:`podracer.networks.RecurrentActorCritic`,
+    ``RecurrentQNetwork``); over a sequence the cell runs as :mod:`podracer.core.cells`
+    writes it."""
+    from podracer.core.cells import SEQUENCES
     from podracer.networks import initial_carry
 
     def embed(params, obs):
@@ -57,7 +64,26 @@ def recurrent(module, memory: str, size: int) -> Recurrent:
     def heads(params, h):
         return module.apply(params, h, method=type(module).heads)
 
-    return Recurrent(lambda n: initial_carry(memory, size, n), embed, core, heads)
+    def sequence(params, carry, x, starts):
+        return SEQUENCES[memory](params["params"]["cell"], carry, x, starts)
+
+    return Recurrent(lambda n: initial_carry(memory, size, n), embed, core, heads, sequence)
+
+
+def scan_core(net: Recurrent, params, carry, x, starts, *, time_unroll: int = 1):
+    """``net.core`` over time in a ``lax.scan``, the carry reset to ``net.initial`` before the
+    steps where ``starts [T, B]`` (:func:`podracer.core.acting.reset_actor_state`); the
+    reference :attr:`Recurrent.sequence` equals. Returns ``(carries, h)`` ``[T, B, ...]``."""
+    initial = net.initial(starts.shape[1])
+
+    def one(carry, inputs):
+        x_t, start_t = inputs
+        carry = reset_actor_state(initial, carry, start_t)
+        carry, h = net.core(params, carry, x_t)
+        return carry, (carry, h)
+
+    _, (carries, h) = jax.lax.scan(one, carry, (x, starts), unroll=time_unroll)
+    return carries, h
 
 
 def step(net: Recurrent, params, carry, obs):
@@ -92,7 +118,7 @@ def unroll(net: Recurrent, params, carry, obs, starts, *, time_unroll: int = 1):
       obs: observations ``[T, B, ...]``.
       starts: bool ``[T, B]``: an episode starts at this step (:func:`episode_starts`); the
         carry is reset to ``net.initial`` before it.
-      time_unroll: ``unroll`` of the time ``lax.scan``.
+      time_unroll: ``unroll`` of the time ``lax.scan`` (without ``net.sequence``).
 
     Returns:
       ``(carries, outputs)``: the carry after each step ``[T, B, ...]`` (before any reset) and
@@ -100,15 +126,10 @@ def unroll(net: Recurrent, params, carry, obs, starts, *, time_unroll: int = 1):
     """
     num_steps, num_envs = starts.shape
     x = _unflat(net.embed(params, _flat(obs, 2)), (num_steps, num_envs))
-    initial = net.initial(num_envs)
-
-    def one(carry, inputs):
-        x_t, start_t = inputs
-        carry = reset_actor_state(initial, carry, start_t)
-        carry, h = net.core(params, carry, x_t)
-        return carry, (carry, h)
-
-    _, (carries, h) = jax.lax.scan(one, carry, (x, starts), unroll=time_unroll)
+    if net.sequence is None:
+        carries, h = scan_core(net, params, carry, x, starts, time_unroll=time_unroll)
+    else:
+        carries, h = net.sequence(params, carry, x, starts)
     outputs = _unflat(net.heads(params, _flat(h, 2)), (num_steps, num_envs))
     return carries, outputs
 
