@@ -30,10 +30,12 @@ from podracer.anakin import AnakinConfig, build, choose_updates_per_call, run
 from podracer.core.rollout import reset_envs
 
 
-def env_only_sps(env_id: str, num_envs: int, rollout_len: int, num_updates: int) -> float:
+def env_only_sps(
+    env_id: str, num_envs: int, rollout_len: int, num_updates: int, env_options=None
+) -> float:
     """Steps per second of ``num_envs`` environments with uniformly random actions, scanned as
     Anakin scans them (updates x time), measured after compiling."""
-    env = envs.make(env_id)
+    env = envs.make_with_options(env_id, env_options) if env_options else envs.make(env_id)
     params = env.default_params
     num_actions = env.action_spec.num_actions
     batched_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))

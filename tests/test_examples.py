@@ -185,3 +185,23 @@ def test_locomotion_tournament_example_on_brax(load, tmp_path, capsys):
     config = json.loads((run_dir / "config.json").read_text())
     assert config["agent_config"]["normalize_observations"] is True  # the brax preset
     assert np.isfinite(summary["params_checksum"])
+
+
+def test_memory_chain_example_trains_and_evaluates_greedily_with_carries(load, capsys):
+    """examples/memory_chain.py on a tiny budget: a recurrent PPO run on MemoryChain with its
+    memory length set, then a greedy evaluation whose returns are MemoryChain's +1 or -1."""
+    from podracer.agents import PPOConfig
+
+    example = load("memory_chain")
+    args = example.Args(  # on the test's 2 devices: 2 sequences each, 2 minibatches of 1
+        memory_length=3,
+        total_timesteps=4 * 4 * 32,
+        num_envs=4,
+        rollout_len=32,
+        ppo=PPOConfig(memory="gru", num_minibatches=2),
+    )
+    summary = example.main(args)
+    assert summary["num_updates"] == 4 and summary["memory"] == "gru"
+    assert summary["env"] == "gymnax:MemoryChain-bsuite"
+    assert -1.0 <= summary["eval_return"] <= 1.0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
