@@ -306,7 +306,22 @@ def initial_carry(memory: str, size: int, batch: int):
     return zeros if memory == "gru" else (zeros, zeros)
 
 
-class RecurrentActorCritic(nn.Module):
+class _Recurrent(nn.Module):
+    """The parts every network with memory has: ``embed`` (its torso ``body``), ``core`` (its
+    ``cell``, one step) and ``heads``; ``__call__(carry, obs)`` is one step of all three."""
+
+    def __call__(self, carry, obs):
+        carry, h = self.core(carry, self.embed(obs))
+        return carry, self.heads(h)
+
+    def embed(self, obs):
+        return self.body(obs)
+
+    def core(self, carry, x):
+        return self.cell(carry, x)
+
+
+class RecurrentActorCritic(_Recurrent):
     """Actor-critic with memory: ``obs [N, ...] -> torso -> recurrent cell -> (policy, value)``.
 
     One torso (:func:`make_torso`) feeds the cell (:func:`make_cell`), whose output feeds a
@@ -344,16 +359,6 @@ class RecurrentActorCritic(nn.Module):
         elif self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
 
-    def __call__(self, carry, obs):
-        carry, h = self.core(carry, self.embed(obs))
-        return carry, self.heads(h)
-
-    def embed(self, obs):
-        return self.body(obs)
-
-    def core(self, carry, x):
-        return self.cell(carry, x)
-
     def heads(self, h):
         return self.policy(h), self.value(h)
 
@@ -370,7 +375,7 @@ class RecurrentActorCritic(nn.Module):
         return self.value_head(ACTIVATIONS[self.activation](self.value_hidden(h)))[..., 0]
 
 
-class RecurrentQNetwork(nn.Module):
+class RecurrentQNetwork(_Recurrent):
     """A Q-network with memory: ``obs [N, ...] -> torso -> recurrent cell -> q-values [N, A]``
     (the torso as :class:`QNetwork`'s, with a LayerNorm before each activation with
     ``layer_norm``; then a hidden layer of ``memory_size`` units and a linear or dueling head,
@@ -397,16 +402,6 @@ class RecurrentQNetwork(nn.Module):
         self.q_head = nn.Dense(self.num_actions)
         if self.dueling:
             self.v_head = nn.Dense(1)
-
-    def __call__(self, carry, obs):
-        carry, h = self.core(carry, self.embed(obs))
-        return carry, self.heads(h)
-
-    def embed(self, obs):
-        return self.body(obs)
-
-    def core(self, carry, x):
-        return self.cell(carry, x)
 
     def heads(self, h):
         x = self.hidden(h)

@@ -161,13 +161,6 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
     def init(key, example_obs):
         return network.init(key, example_obs[None])
 
-    def init_state(key, params):
-        del key
-        return DQNState(params, jnp.zeros((), jnp.int32))
-
-    def actor_params(params, state: DQNState):
-        return EpsilonGreedy(params, epsilon_at(config, state.updates, num_updates))
-
     def prepare(params, state, traj: Trajectory, mean_fn):
         del params, state, mean_fn
         return n_step_items(traj, config.gamma, config.n_step)
@@ -200,11 +193,26 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
         act=epsilon_greedy_act(network, actions),
         prepare=prepare,
         loss=loss,
-        init_state=init_state,
+        init_state=init_target,
         update_state=target_update(config),
-        actor_params=actor_params,
+        actor_params=exploration(config, num_updates),
         replay=Replay(config, item),
     )
+
+
+def init_target(key, params) -> DQNState:
+    """``init_state``: the target network starts as the params."""
+    del key
+    return DQNState(params, jnp.zeros((), jnp.int32))
+
+
+def exploration(config: DQNConfig, num_updates: int):
+    """``actor_params``: the params and the exploration rate of the updates done."""
+
+    def actor_params(params, state: DQNState):
+        return EpsilonGreedy(params, epsilon_at(config, state.updates, num_updates))
+
+    return actor_params
 
 
 def target_update(config: DQNConfig):
@@ -242,13 +250,6 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
 
     def init(key, example_obs):
         return init_params(config, network, key, example_obs)
-
-    def init_state(key, params):
-        del key
-        return DQNState(params, jnp.zeros((), jnp.int32))
-
-    def actor_params(params, state: DQNState):
-        return EpsilonGreedy(params, epsilon_at(config, state.updates, num_updates))
 
     def prepare(params, state, traj: Trajectory, mean_fn):
         del params, state, mean_fn
@@ -337,9 +338,9 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
         prepare=prepare,
         loss=loss,
         initial_actor_state=net.initial,
-        init_state=init_state,
+        init_state=init_target,
         update_state=target_update(config),
-        actor_params=actor_params,
+        actor_params=exploration(config, num_updates),
         replay=replay,
     )
 

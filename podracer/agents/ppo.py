@@ -130,15 +130,7 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
             traj.bootstrap_obs,
             traj.truncated,
         )
-        advantage, target = advantages(config, traj, v_tm1, v_t, mean_fn)
-        batch = PPOBatch(
-            obs=traj.obs,
-            action=head.taken(traj.behaviour),
-            log_prob=traj.behaviour.log_prob,
-            value=v_tm1,
-            advantage=advantage,
-            target=target,
-        )
+        batch = targets(config, head, traj, v_tm1, v_t, mean_fn)
         return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), batch)
 
     def loss(params, batch: PPOBatch, key):
@@ -149,9 +141,10 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
     return Agent(init=init, act=act, prepare=prepare, loss=loss, greedy=head.greedy)
 
 
-def advantages(config: PPOConfig, traj: Trajectory, v_tm1, v_t, mean_fn):
-    """``(advantage, target) [T, B]``: GAE of the trajectory's rewards with the values of its
-    ``obs`` and ``bootstrap_obs``, the advantages normalised over the whole batch when asked."""
+def targets(config: PPOConfig, head, traj: Trajectory, v_tm1, v_t, mean_fn) -> PPOBatch:
+    """The samples of a trajectory ``[T, B]``: GAE of its rewards with ``v_tm1``, the values of
+    its ``obs``, and ``v_t``, those of its ``bootstrap_obs``; the advantages normalised over the
+    whole batch when asked."""
     advantage = gae(
         traj.reward, v_tm1, v_t, traj.terminated, traj.truncated, config.gamma, config.gae_lambda
     )
@@ -160,7 +153,14 @@ def advantages(config: PPOConfig, traj: Trajectory, v_tm1, v_t, mean_fn):
         mean = mean_fn(advantage)
         std = jnp.sqrt(mean_fn(jnp.square(advantage - mean)))
         advantage = (advantage - mean) / (std + 1e-8)
-    return advantage, target
+    return PPOBatch(
+        obs=traj.obs,
+        action=head.taken(traj.behaviour),
+        log_prob=traj.behaviour.log_prob,
+        value=v_tm1,
+        advantage=advantage,
+        target=target,
+    )
 
 
 def objective(config: PPOConfig, head, policy, value, batch: PPOBatch):
@@ -206,15 +206,7 @@ def make_recurrent(config: PPOConfig, network, head) -> Agent:
         first = jax.tree.map(lambda x: x[0], traj.actor_state)
         carries, (_, v_tm1) = memory.unroll(net, params, first, traj.obs, starts)
         _, v_t = memory.bootstrap_outputs(net, params, carries, traj.bootstrap_obs)
-        advantage, target = advantages(config, traj, v_tm1, v_t, mean_fn)
-        steps = PPOBatch(
-            obs=traj.obs,
-            action=head.taken(traj.behaviour),
-            log_prob=traj.behaviour.log_prob,
-            value=v_tm1,
-            advantage=advantage,
-            target=target,
-        )
+        steps = targets(config, head, traj, v_tm1, v_t, mean_fn)
         window = config.window(traj.reward.shape[0])
         return SequenceBatch(memory.windows(steps, window), memory.sequences(traj, window))
 

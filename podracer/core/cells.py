@@ -157,7 +157,7 @@ def _lstm_backward(saved, d_carries):
 
     def one(d_next, inputs):
         dc_next, dh_next = d_next
-        dc_out, dh_out, start, c_in, h_in, i, f, g, o, tc = inputs
+        dc_out, dh_out, start, c_in, i, f, g, o, tc = inputs
         dh = dh_out + dh_next
         dc = dc_out + dc_next + dh * o * (1.0 - tc * tc)
         di = dc * g * i * (1.0 - i)
@@ -171,7 +171,7 @@ def _lstm_backward(saved, d_carries):
     (dc0, dh0), gates = jax.lax.scan(
         one,
         (zeros, zeros),
-        (d_cs, d_hs, starts, c_in, h_in, i, f, g, o, tc),
+        (d_cs, d_hs, starts, c_in, i, f, g, o, tc),
         reverse=True,
     )
     dw = tuple(_sum_outer(h_in, d) for d in gates)
@@ -186,9 +186,7 @@ def lstm_sequence(params, carry, x, starts):
     over ``x [T, B, E]`` from ``carry = (c, h) [B, H]``, reset to zeros where
     ``starts [T, B]``; returns ``((c, h) [T, B, H], h [T, B, H])``."""
     p = params
-    x_gates = [
-        _steps(x, p[f"i{gate}"]["kernel"], p[f"h{gate}"]["bias"]) for gate in _GATES
-    ]
+    x_gates = [_steps(x, p[f"i{gate}"]["kernel"], p[f"h{gate}"]["bias"]) for gate in _GATES]
     w = tuple(p[f"h{gate}"]["kernel"] for gate in _GATES)
     c0, h0 = carry
     cs, hs = _lstm_recurrence(w, c0, h0, *x_gates, starts)

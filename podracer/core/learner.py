@@ -119,6 +119,53 @@ def learner_skeleton(
             replay=jax.tree.map(lambda x: x[None], replay),
         )
 
+    parts = make_parts(
+        agent,
+        optimizer,
+        mean_fn,
+        axis_name=axis_name,
+        unroll=unroll,
+        microbatch_steps=microbatch_steps,
+    )
+
+    def update(state: LearnerState, traj: Trajectory):
+        key, body_key = jax.random.split(state.key)
+        agent_state = own(state.agent_state)
+        batch = agent.prepare(state.params, agent_state, traj, mean_fn)
+        replay = jax.tree.map(lambda x: x[0], state.replay)
+        fit = Fit(state.params, state.opt_state, agent_state, replay)
+        fit, metrics = body(parts, fit, batch, traj, body_key)
+        metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
+        agent_state = shared(agent.update_state(fit.agent_state, fit.params, traj, mean_fn))
+        new_state = LearnerState(
+            fit.params,
+            fit.opt_state,
+            key,
+            state.update_count + 1,
+            agent_state,
+            jax.tree.map(lambda x: x[None], fit.replay),
+        )
+        return new_state, metrics
+
+    return Learner(init=init, update=update)
+
+
+def make_parts(
+    agent: Agent,
+    optimizer: optax.GradientTransformation,
+    mean_fn: MeanFn,
+    *,
+    axis_name: str | None = None,
+    unroll: int | bool = 1,
+    microbatch_steps: int = 0,
+) -> Parts:
+    """The :class:`Parts` a learner's body gets: the one gradient step (``grad(agent.loss)``
+    over the layout's gradient slices, the all-reduce over ``axis_name``, the optimizer) and
+    the layout's loop."""
+
+    def pmean(x):
+        return jax.lax.pmean(x, axis_name) if axis_name is not None else x
+
     def local(params, batch):
         return mark_varying(params, batch, axis_name)
 
@@ -188,28 +235,7 @@ def learner_skeleton(
             outs.append(out)
         return carry, jax.tree.map(lambda *x: jnp.stack(x), *outs)
 
-    parts = Parts(sgd_step, scan, mean_fn, pmean, axis_name)
-
-    def update(state: LearnerState, traj: Trajectory):
-        key, body_key = jax.random.split(state.key)
-        agent_state = own(state.agent_state)
-        batch = agent.prepare(state.params, agent_state, traj, mean_fn)
-        replay = jax.tree.map(lambda x: x[0], state.replay)
-        fit = Fit(state.params, state.opt_state, agent_state, replay)
-        fit, metrics = body(parts, fit, batch, traj, body_key)
-        metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
-        agent_state = shared(agent.update_state(fit.agent_state, fit.params, traj, mean_fn))
-        new_state = LearnerState(
-            fit.params,
-            fit.opt_state,
-            key,
-            state.update_count + 1,
-            agent_state,
-            jax.tree.map(lambda x: x[None], fit.replay),
-        )
-        return new_state, metrics
-
-    return Learner(init=init, update=update)
+    return Parts(sgd_step, scan, mean_fn, pmean, axis_name)
 
 
 def epochs(num_epochs: int, num_minibatches: int) -> Body:
