@@ -107,11 +107,26 @@ def _load(path) -> list[np.ndarray]:
         return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
-def test_anakin_two_processes_equal_one_process_of_four_devices(tmp_path):
+MEMORY_ARGS = [  # a GRU: each device's 2 environments carry their own, 2 minibatches of one
+    "--agent.memory",
+    "gru",
+    "--agent.memory-size",
+    "16",
+    "--agent.hidden-sizes",
+    "16",
+    "--agent.num-minibatches",
+    "2",
+]
+
+
+@pytest.mark.parametrize("memory", [False, True], ids=["feed-forward", "gru"])
+def test_anakin_two_processes_equal_one_process_of_four_devices(tmp_path, memory):
     """2 processes x 2 devices (one 4-device mesh over both) end with the params of 1 process x 4
-    devices: same environment slices per mesh position, same keys, gradients averaged over all."""
+    devices: same environment slices per mesh position, same keys, gradients averaged over all
+    (with memory: and the carries of each device's environments)."""
+    args = [*ANAKIN_ARGS, *MEMORY_ARGS] if memory else ANAKIN_ARGS
     single = subprocess.Popen(
-        [sys.executable, str(WORKER), str(tmp_path / "single"), "train", *ANAKIN_ARGS],
+        [sys.executable, str(WORKER), str(tmp_path / "single"), "train", *args],
         env=_env(4),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -120,7 +135,7 @@ def test_anakin_two_processes_equal_one_process_of_four_devices(tmp_path):
     )
     deadline = time.monotonic() + 240  # all three processes together
     try:
-        status, lines, err = _launch(2, ANAKIN_ARGS, tmp_path / "multi", 2, timeout_s=200)
+        status, lines, err = _launch(2, args, tmp_path / "multi", 2, timeout_s=200)
         single_out, single_err = single.communicate(timeout=max(1, deadline - time.monotonic()))
     finally:
         _kill([single])
@@ -136,7 +151,7 @@ def test_anakin_two_processes_equal_one_process_of_four_devices(tmp_path):
     p0 = _load(tmp_path / "multi" / "params_0.npz")
     p1 = _load(tmp_path / "multi" / "params_1.npz")
     ref = _load(tmp_path / "single" / "params_0.npz")
-    assert len(p0) == len(ref) == 12
+    assert len(p0) == len(ref) == (20 if memory else 12)
     for a, b, r in zip(p0, p1, ref, strict=True):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
