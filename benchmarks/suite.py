@@ -11,6 +11,10 @@ Configurations, in this order (the headline figures first, so that a run cut sho
 - Anakin PPO on ``gymnax:CartPole-v1`` and on ``gymnax:Breakout-MinAtar``, 256 to 65,536
   environments x 128 steps (``anakin_throughput.bench``);
 - the Podracer paper's Catch demo (Q(lambda), ``catch``): 128 envs x 16 steps, and 65,536 x 16;
+- memory: recurrent PPO at PureJaxRL ``ppo_rnn.py``'s network (a 128-relu embedding, a GRU of
+  128) on CartPole, 256 to 16,384 environments x 128 steps, and DQN with a GRU (sequence
+  replay) on ``gymnax:MemoryChain-bsuite`` (``benchmarks/memory.py`` has the comparison with
+  the feed-forward agents);
 - Sebulba IMPALA and PPO (IMPALA ResNet) on ``envpool:Breakout-v5``, envpool threads = CPU
   cores, actor and learner on the same device, then (with several devices) on different ones
   (``sebulba_common.bench``);
@@ -61,7 +65,7 @@ import jax
 import population_throughput
 
 from podracer import agents
-from podracer.agents import PPOConfig, QLambdaConfig
+from podracer.agents import DQNConfig, PPOConfig, QLambdaConfig
 from podracer.anakin import AnakinConfig
 from podracer.loops import LearnerLayout, learner_layout
 from podracer.sebulba import SebulbaConfig
@@ -80,6 +84,8 @@ class Sizes(NamedTuple):
     minatar_envs: tuple[int, ...]
     ppo_rollout: int
     catch_envs: tuple[int, ...]
+    memory_envs: tuple[int, ...]  # recurrent PPO on CartPole
+    memory_dqn_envs: tuple[int, ...]  # DQN with a GRU on MemoryChain (x 8 steps)
     population: tuple[int, ...]
     population_loops: tuple[str, ...]
     population_rollout: int
@@ -98,6 +104,8 @@ FULL = Sizes(
     minatar_envs=(256, 1024, 4096, 16384, 65536),
     ppo_rollout=128,
     catch_envs=(128, 65536),
+    memory_envs=(256, 4096, 16384),
+    memory_dqn_envs=(256,),
     population=(64, 256),
     population_loops=("vmap", "map"),
     population_rollout=128,
@@ -108,13 +116,15 @@ FULL = Sizes(
     target_steps=2**21,
     min_updates=4,
     max_updates=1024,
-    first_guess_s={"anakin": 30, "catch": 20, "population": 60, "sebulba": 60},
+    first_guess_s={"anakin": 30, "catch": 20, "memory": 60, "population": 60, "sebulba": 60},
 )
 SMOKE = Sizes(
     anakin_envs=(8,),
     minatar_envs=(),  # CI's budget: the same code as CartPole's with another environment
     ppo_rollout=16,
     catch_envs=(8,),
+    memory_envs=(8,),
+    memory_dqn_envs=(),  # CI's budget: tests/test_memory*.py train it
     population=(4,),  # the tournament replaces a quarter: 4 is the smallest
     population_loops=("vmap",),  # CI's budget; "map" is the same code with another config
     population_rollout=16,
@@ -125,7 +135,7 @@ SMOKE = Sizes(
     target_steps=0,
     min_updates=2,
     max_updates=2,
-    first_guess_s={"anakin": 10, "catch": 5, "population": 15, "sebulba": 20},
+    first_guess_s={"anakin": 10, "catch": 5, "memory": 15, "population": 15, "sebulba": 20},
 )
 
 
@@ -172,6 +182,29 @@ def configurations(sizes: Sizes) -> list[Bench]:
         config = AnakinConfig(num_envs=n, rollout_len=16)
         steps = updates_for(sizes, config.steps_per_update) * config.steps_per_update
         benches.append(anakin_bench(f"catch-{n}", "catch", "catch", qlambda, config, steps))
+    recurrent = PPOConfig(memory="gru", memory_size=128, hidden_sizes=(128,), activation="relu")
+    for n in sizes.memory_envs:
+        config = AnakinConfig(num_envs=n, rollout_len=sizes.ppo_rollout)
+        steps = updates_for(sizes, config.steps_per_update) * config.steps_per_update
+        benches.append(
+            anakin_bench(
+                f"ppo-gru-cartpole-{n}", "memory", "gymnax:CartPole-v1", recurrent, config, steps
+            )
+        )
+    for n in sizes.memory_dqn_envs:
+        config = AnakinConfig(num_envs=n, rollout_len=8)
+        steps = updates_for(sizes, config.steps_per_update) * config.steps_per_update
+        name = f"dqn-gru-memorychain-{n}"
+        benches.append(
+            anakin_bench(
+                name,
+                "memory-dqn",
+                "gymnax:MemoryChain-bsuite",
+                DQNConfig(memory="gru"),
+                config,
+                steps,
+            )
+        )
     benches.extend(sebulba_benches(sizes))
     for loop in sizes.population_loops:
         for size in sizes.population:
@@ -378,7 +411,9 @@ class Predictor:
 
 
 def _kind(bench: Bench) -> str:
-    return "catch" if bench.family == "catch" else "anakin"
+    if bench.family == "catch":
+        return "catch"
+    return "memory" if bench.family.startswith("memory") else "anakin"
 
 
 def finite_positive(value) -> bool:
