@@ -44,13 +44,14 @@ def test_cell_sequences_equal_flax_cells_scanned_values_and_gradients(kind):
     x = jax.random.normal(jax.random.key(1), (T, B, E))
     carry = jax.tree.map(lambda z: jax.random.normal(jax.random.key(2), z.shape), net.initial(B))
     starts = jnp.asarray(np.random.default_rng(3).random((T, B)) < 0.3)
-    assert starts.any()
+    cuts = jnp.asarray(np.random.default_rng(4).random((T, B)) < 0.2)  # stop-gradients
+    assert starts.any() and (cuts & ~starts).any()
 
     def reference(p, carry, x):
-        return mem.scan_core(net, p, carry, x, starts)
+        return mem.scan_core(net, p, carry, x, starts, cuts)
 
     def fast(p, carry, x):
-        return SEQUENCES[kind](p["params"], carry, x, starts)
+        return SEQUENCES[kind](p["params"], carry, x, starts, cuts)
 
     for a, b in zip(
         jax.tree.leaves(reference(params, carry, x)),
@@ -70,9 +71,11 @@ def test_cell_sequences_equal_flax_cells_scanned_values_and_gradients(kind):
     g_fast = jax.grad(loss(fast), argnums=(0, 1, 2))(params, carry, x)
     for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(g_fast), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-    # the gradient of the initial carry stops at the first reset of each environment
-    first_start = np.argmax(np.asarray(starts), axis=0)
-    dead = np.asarray(starts).any(axis=0) & (first_start == 0)
+    # the initial carry's gradient stops at each environment's first reset or cut; the inputs
+    # before a cut get only their own steps' gradients
+    stop = np.asarray(starts | cuts)
+    dead = stop[0]
+    assert dead.any()
     for leaf in jax.tree.leaves(g_fast[1]):
         assert np.all(np.asarray(leaf)[dead] == 0.0)
 

@@ -264,17 +264,13 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
         )
 
     def q_values(params, steps: SequenceStep, seqs: memory.Sequences):
-        """``(q [b, K, A], q of every bootstrap_obs [b, K, A])`` on the trained steps, after
-        the burn-in (whose carry no gradient crosses)."""
-        carry = seqs.carry
-        if burn_in:
-            head = memory.Sequences(carry, seqs.starts[:, :burn_in])
-            carries, _ = memory.unroll_batch(net, params, head, steps.obs[:, :burn_in])
-            carry = jax.lax.stop_gradient(jax.tree.map(lambda x: x[:, -1], carries))
-        trained = memory.Sequences(carry, seqs.starts[:, burn_in:])
-        carries, q = memory.unroll_batch(net, params, trained, steps.obs[:, burn_in:])
-        q_boot = memory.bootstrap_outputs(net, params, carries, steps.bootstrap_obs[:, burn_in:])
-        return q, q_boot
+        """``(q [b, K, A], q of every bootstrap_obs [b, K, A])`` on the trained steps: one
+        re-run of the whole window, no gradient crossing the carry into the burn-in."""
+        cuts = jnp.zeros_like(seqs.starts).at[:, burn_in].set(burn_in > 0)
+        carries, q = memory.unroll_batch(net, params, seqs, steps.obs, cuts)
+        trained = jax.tree.map(lambda x: x[:, burn_in:], (carries, q, steps.bootstrap_obs))
+        carries, q, bootstrap_obs = trained
+        return q, memory.bootstrap_outputs(net, params, carries, bootstrap_obs)
 
     def loss(params, batch: ReplayBatch, key):
         del key

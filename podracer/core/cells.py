@@ -56,7 +56,9 @@ def _gru_step(w, h_in, xr, xz, xn):
 
 
 @jax.custom_vjp
-def _gru_recurrence(w, h0, xr, xz, xn, starts):
+def _gru_recurrence(w, h0, xr, xz, xn, starts, cuts):
+    del cuts  # the backward pass's
+
     def one(h, inputs):
         xr, xz, xn, start = inputs
         h, _ = _gru_step(w, _keep(start, h), xr, xz, xn)
@@ -65,14 +67,14 @@ def _gru_recurrence(w, h0, xr, xz, xn, starts):
     return jax.lax.scan(one, h0, (xr, xz, xn, starts))[1]
 
 
-def _gru_forward(w, h0, xr, xz, xn, starts):
+def _gru_forward(w, h0, xr, xz, xn, starts, cuts):
     def one(h, inputs):
         xr, xz, xn, start = inputs
         h, residuals = _gru_step(w, _keep(start, h), xr, xz, xn)
         return h, (h, residuals)
 
     _, (hs, residuals) = jax.lax.scan(one, h0, (xr, xz, xn, starts))
-    return hs, (w, starts, residuals)
+    return hs, (w, starts | cuts, residuals)
 
 
 def _gru_backward(saved, d_hs):
@@ -93,22 +95,25 @@ def _gru_backward(saved, d_hs):
         one, jnp.zeros_like(d_hs[0]), (d_hs, starts, h_in, r, z, n, hn), reverse=True
     )
     dw = (_sum_outer(h_in, dxr), _sum_outer(h_in, dxz), _sum_outer(h_in, dhn), dhn.sum((0, 1)))
-    return dw, d_h0, dxr, dxz, dxn, None
+    return dw, d_h0, dxr, dxz, dxn, None, None
 
 
 _gru_recurrence.defvjp(_gru_forward, _gru_backward)
 
 
-def gru_sequence(params, carry, x, starts):
+def gru_sequence(params, carry, x, starts, cuts=None):
     """``flax.linen.GRUCell`` (``params``: its ``ir``, ``iz``, ``in``, ``hr``, ``hz``, ``hn``)
     over ``x [T, B, E]`` from ``carry [B, H]``, reset to zeros where ``starts [T, B]``; returns
-    ``(h [T, B, H], h [T, B, H])`` (the GRU's carry is its output)."""
+    ``(h [T, B, H], h [T, B, H])`` (the GRU's carry is its output). Where ``cuts [T, B]``, no
+    gradient flows back through the carry into the steps before (a stop-gradient on the carry
+    entering that step: R2D2's burn-in)."""
     p = params
     xr = _steps(x, p["ir"]["kernel"], p["ir"]["bias"])
     xz = _steps(x, p["iz"]["kernel"], p["iz"]["bias"])
     xn = _steps(x, p["in"]["kernel"], p["in"]["bias"])
     w = (p["hr"]["kernel"], p["hz"]["kernel"], p["hn"]["kernel"], p["hn"]["bias"])
-    hs = _gru_recurrence(w, carry, xr, xz, xn, starts)
+    cuts = jnp.zeros_like(starts) if cuts is None else cuts
+    hs = _gru_recurrence(w, carry, xr, xz, xn, starts, cuts)
     return hs, hs
 
 
@@ -130,7 +135,9 @@ def _lstm_step(w, c_in, h_in, xi, xf, xg, xo):
 
 
 @jax.custom_vjp
-def _lstm_recurrence(w, c0, h0, xi, xf, xg, xo, starts):
+def _lstm_recurrence(w, c0, h0, xi, xf, xg, xo, starts, cuts):
+    del cuts  # the backward pass's
+
     def one(carry, inputs):
         *x, start = inputs
         c, h = carry
@@ -140,7 +147,7 @@ def _lstm_recurrence(w, c0, h0, xi, xf, xg, xo, starts):
     return jax.lax.scan(one, (c0, h0), (xi, xf, xg, xo, starts))[1]
 
 
-def _lstm_forward(w, c0, h0, xi, xf, xg, xo, starts):
+def _lstm_forward(w, c0, h0, xi, xf, xg, xo, starts, cuts):
     def one(carry, inputs):
         *x, start = inputs
         c, h = carry
@@ -148,7 +155,7 @@ def _lstm_forward(w, c0, h0, xi, xf, xg, xo, starts):
         return carry, (carry, residuals)
 
     _, (carries, residuals) = jax.lax.scan(one, (c0, h0), (xi, xf, xg, xo, starts))
-    return carries, (w, starts, residuals)
+    return carries, (w, starts | cuts, residuals)
 
 
 def _lstm_backward(saved, d_carries):
@@ -175,21 +182,23 @@ def _lstm_backward(saved, d_carries):
         reverse=True,
     )
     dw = tuple(_sum_outer(h_in, d) for d in gates)
-    return (dw, dc0, dh0, *gates, None)
+    return (dw, dc0, dh0, *gates, None, None)
 
 
 _lstm_recurrence.defvjp(_lstm_forward, _lstm_backward)
 
 
-def lstm_sequence(params, carry, x, starts):
+def lstm_sequence(params, carry, x, starts, cuts=None):
     """``flax.linen.OptimizedLSTMCell`` (``params``: its ``ii``.. ``io`` and ``hi``.. ``ho``)
     over ``x [T, B, E]`` from ``carry = (c, h) [B, H]``, reset to zeros where
-    ``starts [T, B]``; returns ``((c, h) [T, B, H], h [T, B, H])``."""
+    ``starts [T, B]``, no gradient crossing the carry where ``cuts`` (as :func:`gru_sequence`);
+    returns ``((c, h) [T, B, H], h [T, B, H])``."""
     p = params
     x_gates = [_steps(x, p[f"i{gate}"]["kernel"], p[f"h{gate}"]["bias"]) for gate in _GATES]
     w = tuple(p[f"h{gate}"]["kernel"] for gate in _GATES)
     c0, h0 = carry
-    cs, hs = _lstm_recurrence(w, c0, h0, *x_gates, starts)
+    cuts = jnp.zeros_like(starts) if cuts is None else cuts
+    cs, hs = _lstm_recurrence(w, c0, h0, *x_gates, starts, cuts)
     return (cs, hs), hs
 
 

@@ -42,9 +42,10 @@ class Recurrent(NamedTuple):
     core: Callable[[Any, Any, Any], tuple[Any, Any]]  # core(params, carry, x) -> (carry, h)
     heads: Callable[[Any, Any], Any]  # heads(params, h [N, ...]) -> outputs [N, ...]
     sequence: Callable[..., tuple[Any, Any]] | None = None
-    """``sequence(params, carry [B], x [T, B], starts [T, B]) -> (carries, h) [T, B]``: ``core``
-    over time with the reset, written for speed (:mod:`podracer.core.cells`); None: a
-    ``lax.scan`` of ``core``."""
+    """``sequence(params, carry [B], x [T, B], starts [T, B], cuts [T, B]) -> (carries, h)
+    [T, B]``: ``core`` over time with the reset (and no gradient through the carry into the
+    steps before a cut), written for speed (:mod:`podracer.core.cells`); None: a ``lax.scan``
+    of ``core``."""
 
 
 def recurrent(module, memory: str, size: int) -> Recurrent:
@@ -64,25 +65,28 @@ def recurrent(module, memory: str, size: int) -> Recurrent:
     def heads(params, h):
         return module.apply(params, h, method=type(module).heads)
 
-    def sequence(params, carry, x, starts):
-        return SEQUENCES[memory](params["params"]["cell"], carry, x, starts)
+    def sequence(params, carry, x, starts, cuts=None):
+        return SEQUENCES[memory](params["params"]["cell"], carry, x, starts, cuts)
 
     return Recurrent(lambda n: initial_carry(memory, size, n), embed, core, heads, sequence)
 
 
-def scan_core(net: Recurrent, params, carry, x, starts, *, time_unroll: int = 1):
+def scan_core(net: Recurrent, params, carry, x, starts, cuts=None, *, time_unroll: int = 1):
     """``net.core`` over time in a ``lax.scan``, the carry reset to ``net.initial`` before the
-    steps where ``starts [T, B]`` (:func:`podracer.core.acting.reset_actor_state`); the
-    reference :attr:`Recurrent.sequence` equals. Returns ``(carries, h)`` ``[T, B, ...]``."""
+    steps where ``starts [T, B]`` (:func:`podracer.core.acting.reset_actor_state`) and
+    stop-gradiented before the steps where ``cuts [T, B]``; the reference
+    :attr:`Recurrent.sequence` equals. Returns ``(carries, h)`` ``[T, B, ...]``."""
     initial = net.initial(starts.shape[1])
+    cuts = jnp.zeros_like(starts) if cuts is None else cuts
 
     def one(carry, inputs):
-        x_t, start_t = inputs
+        x_t, start_t, cut_t = inputs
+        carry = reset_actor_state(jax.lax.stop_gradient(carry), carry, cut_t)
         carry = reset_actor_state(initial, carry, start_t)
         carry, h = net.core(params, carry, x_t)
         return carry, (carry, h)
 
-    _, (carries, h) = jax.lax.scan(one, carry, (x, starts), unroll=time_unroll)
+    _, (carries, h) = jax.lax.scan(one, carry, (x, starts, cuts), unroll=time_unroll)
     return carries, h
 
 
@@ -107,7 +111,7 @@ def _unflat(tree, shape: tuple[int, ...]):
     return jax.tree.map(lambda x: x.reshape(*shape, *x.shape[1:]), tree)
 
 
-def unroll(net: Recurrent, params, carry, obs, starts, *, time_unroll: int = 1):
+def unroll(net: Recurrent, params, carry, obs, starts, cuts=None, *, time_unroll: int = 1):
     """Re-runs a recurrent network over time-major sequences.
 
     Args:
@@ -118,6 +122,8 @@ def unroll(net: Recurrent, params, carry, obs, starts, *, time_unroll: int = 1):
       obs: observations ``[T, B, ...]``.
       starts: bool ``[T, B]``: an episode starts at this step (:func:`episode_starts`); the
         carry is reset to ``net.initial`` before it.
+      cuts: bool ``[T, B]`` or None: no gradient flows back through the carry entering these
+        steps (a burn-in's end).
       time_unroll: ``unroll`` of the time ``lax.scan`` (without ``net.sequence``).
 
     Returns:
@@ -127,9 +133,9 @@ def unroll(net: Recurrent, params, carry, obs, starts, *, time_unroll: int = 1):
     num_steps, num_envs = starts.shape
     x = _unflat(net.embed(params, _flat(obs, 2)), (num_steps, num_envs))
     if net.sequence is None:
-        carries, h = scan_core(net, params, carry, x, starts, time_unroll=time_unroll)
+        carries, h = scan_core(net, params, carry, x, starts, cuts, time_unroll=time_unroll)
     else:
-        carries, h = net.sequence(params, carry, x, starts)
+        carries, h = net.sequence(params, carry, x, starts, cuts)
     outputs = _unflat(net.heads(params, _flat(h, 2)), (num_steps, num_envs))
     return carries, outputs
 
@@ -186,9 +192,9 @@ def sequences(traj: Trajectory, window: int) -> Sequences:
     return Sequences(window_carries(traj.actor_state, window), starts.at[:, 0].set(False))
 
 
-def unroll_batch(net: Recurrent, params, seqs: Sequences, obs, *, time_unroll: int = 1):
-    """:func:`unroll` over batch-major windows: ``obs [N, W, ...]`` from ``seqs``; returns the
-    carries and outputs batch-major ``[N, W, ...]``."""
+def unroll_batch(net: Recurrent, params, seqs: Sequences, obs, cuts=None, *, time_unroll: int = 1):
+    """:func:`unroll` over batch-major windows: ``obs [N, W, ...]`` from ``seqs`` (``cuts``
+    ``[N, W]`` or None); returns the carries and outputs batch-major ``[N, W, ...]``."""
     time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), obs)
     carries, outputs = unroll(
         net,
@@ -196,6 +202,7 @@ def unroll_batch(net: Recurrent, params, seqs: Sequences, obs, *, time_unroll: i
         seqs.carry,
         time_major,
         jnp.swapaxes(seqs.starts, 0, 1),
+        None if cuts is None else jnp.swapaxes(cuts, 0, 1),
         time_unroll=time_unroll,
     )
     return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (carries, outputs))
