@@ -150,6 +150,23 @@ def from_raw(raw, template):
     )
 
 
+def _replay_in_agent_slot(raw: Any) -> bool:
+    """Whether a raw restored state keeps a replay buffer under ``agent_state.buffer`` (the
+    layout of checkpoints written before ``LearnerState.replay``)."""
+
+    def find(tree) -> bool:
+        if isinstance(tree, dict):
+            agent_state = tree.get("agent_state")
+            if isinstance(agent_state, dict) and "buffer" in agent_state:
+                return True
+            return any(find(value) for value in tree.values())
+        if isinstance(tree, list | tuple):
+            return any(find(value) for value in tree)
+        return False
+
+    return find(raw)
+
+
 def _abstract(tree):
     def leaf(x):
         sharding = getattr(x, "sharding", None)
@@ -324,6 +341,14 @@ class Checkpointer:
                         if "agent" in meta and "env" in meta
                         else ""
                     )
+                    if _replay_in_agent_slot(restored.state):
+                        raise CheckpointError(
+                            f"the checkpoint of step {step} in {self.directory} holds its "
+                            "replay buffer in the agent's slot, where podracer kept it before "
+                            "the buffer moved to LearnerState.replay; it cannot be restored "
+                            "by this version (train the run again, or resume it with the "
+                            "version that wrote it)"
+                        ) from mismatch
                     raise CheckpointError(
                         f"the checkpoint of step {step} in {self.directory} does not fit this "
                         f"run: its state differs from what the run's config builds ({saved_by}"

@@ -306,9 +306,12 @@ def initial_carry(memory: str, size: int, batch: int):
     return zeros if memory == "gru" else (zeros, zeros)
 
 
-class _Recurrent(nn.Module):
+class RecurrentBase(nn.Module):
     """The parts every network with memory has: ``embed`` (its torso ``body``), ``core`` (its
-    ``cell``, one step) and ``heads``; ``__call__(carry, obs)`` is one step of all three."""
+    ``cell``, one step of flax's GRU or LSTM) and ``heads``; ``__call__(carry, obs)`` is one
+    step of all three. A subclass that keeps this ``core`` is re-run over sequences by
+    :mod:`podracer.core.cells` (the same maths, faster); one that overrides it, by a scan of
+    its own ``core``."""
 
     def __call__(self, carry, obs):
         carry, h = self.core(carry, self.embed(obs))
@@ -321,7 +324,7 @@ class _Recurrent(nn.Module):
         return self.cell(carry, x)
 
 
-class RecurrentActorCritic(_Recurrent):
+class RecurrentActorCritic(RecurrentBase):
     """Actor-critic with memory: ``obs [N, ...] -> torso -> recurrent cell -> (policy, value)``.
 
     One torso (:func:`make_torso`) feeds the cell (:func:`make_cell`), whose output feeds a
@@ -375,7 +378,7 @@ class RecurrentActorCritic(_Recurrent):
         return self.value_head(ACTIVATIONS[self.activation](self.value_hidden(h)))[..., 0]
 
 
-class RecurrentQNetwork(_Recurrent):
+class RecurrentQNetwork(RecurrentBase):
     """A Q-network with memory: ``obs [N, ...] -> torso -> recurrent cell -> q-values [N, A]``
     (the torso as :class:`QNetwork`'s, with a LayerNorm before each activation with
     ``layer_norm``; then a hidden layer of ``memory_size`` units and a linear or dueling head,

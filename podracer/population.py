@@ -43,6 +43,7 @@ import numpy as np
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import ConfigError, check_choice, check_positive
 from podracer.core.learner import one_device
+from podracer.core.replay import break_streams
 from podracer.loops import Loop, Members, Periodic
 
 
@@ -343,7 +344,8 @@ def tournament_step(state, scores: jax.Array, config: PopulationConfig, bounds, 
         params=_take(state.learner.params, src),
         opt_state=_take(state.learner.opt_state, src),
         agent_state=_take(state.learner.agent_state, src),
-        replay=_take(state.learner.replay, src),
+        # a replaced member acts on in its own environments: its new buffer's streams break
+        replay=break_streams(_take(state.learner.replay, src), replaced),
     )
     hparams = perturb(
         perturb_key,

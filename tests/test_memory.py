@@ -470,3 +470,80 @@ def test_memory_config_errors_name_the_field():
         ConfigValueError, match=r"sequence_window=5 is not allowed with rollouts of 16"
     ):
         dataclasses.replace(PPOConfig(memory="gru"), sequence_window=5).window(16)
+
+
+def test_no_window_crosses_a_break_in_the_streams():
+    """After break_streams (a resumed Sebulba run, a member that took another's buffer) the
+    next steps do not follow the held ones: no window spans the break, windows on either side
+    still do."""
+    from podracer.core.replay import break_streams
+
+    config = ReplayFields(buffer_size=2 * 40, batch_size=1, learning_starts=1)
+    L, period = 4, 1
+    buffer = window_buffer(config, L, period, 2, sample_batch_size=4096)
+    state = buffer.init({"t": jnp.int32(0), "env": jnp.int32(0)})
+    state = buffer.add(state, stream_steps(0, 6, 2))
+    state = break_streams(state)
+    state = buffer.add(state, stream_steps(100, 6, 2))  # another stream from here on
+    t = np.asarray(buffer.sample(state, jax.random.key(0)).experience["t"])
+    assert (np.diff(t, axis=1) == 1).all()  # nothing spans 5 -> 100
+    assert set(t[:, 0].tolist()) == {0, 1, 2, 100, 101, 102}
+    assert int(buffer.windows(state)) == 6 * 2
+    state = buffer.add(state, stream_steps(106, 4, 2))  # the break stays where it was
+    t = np.asarray(buffer.sample(state, jax.random.key(1)).experience["t"])
+    assert (np.diff(t, axis=1) == 1).all() and {0, 103, 106} <= set(t[:, 0].tolist())
+    # a replay of independent items has no streams to break
+    assert break_streams(("items",)) == ("items",)
+
+
+def test_uniform_priorities_never_sample_empty_slots():
+    """priority_exponent 0 asks for uniform sampling: 0 ** 0 must not give the empty slots
+    (items) or the windows not yet whole a weight."""
+    from podracer.core.replay import make_buffer
+
+    config = DQNConfig(buffer_size=64, batch_size=8, prioritised=True, priority_exponent=0.0)
+    items = make_buffer(config, sample_batch_size=512)
+    state = items.add(items.init({"i": jnp.int32(0)}), {"i": jnp.arange(1, 5, dtype=jnp.int32)})
+    sample = items.sample(state, jax.random.key(0))
+    assert set(np.asarray(sample.experience["i"]).tolist()) == {1, 2, 3, 4}
+    np.testing.assert_allclose(sample.probabilities, 0.25)
+    windows = window_buffer(
+        ReplayFields(buffer_size=64, prioritised=True, priority_exponent=0.0), 4, 2, 1, 512
+    )
+    state = windows.add(
+        windows.init({"t": jnp.int32(0), "env": jnp.int32(0)}), stream_steps(0, 9, 1)
+    )
+    t = np.asarray(windows.sample(state, jax.random.key(1)).experience["t"])
+    assert set(t[:, 0].tolist()) == {0, 2, 4}
+
+
+def test_a_module_with_its_own_core_is_rerun_with_that_core():
+    """The fast sequence form is flax's cell alone: a module that changes ``core`` (here a
+    LayerNorm after the cell) is re-run by a scan of its own ``core``, and still matches what
+    acting computed step by step."""
+    from podracer.networks import RecurrentActorCritic
+
+    class NormedCore(RecurrentActorCritic):
+        def setup(self):
+            super().setup()
+            self.norm = nn.LayerNorm()
+
+        def core(self, carry, x):
+            carry, h = self.cell(carry, x)
+            return carry, self.norm(h)
+
+    module = NormedCore(num_actions=2, hidden_sizes=(8,), memory="gru", memory_size=8)
+    net = mem.recurrent(module, "gru", 8)
+    assert net.sequence is None
+    assert mem.recurrent(RecurrentActorCritic(2, memory="gru", memory_size=8), "gru", 8).sequence
+    params = module.init(jax.random.key(0), net.initial(1), jnp.zeros((1, 4)))
+    obs = jax.random.normal(jax.random.key(1), (6, 2, 4))
+    starts = jnp.zeros((6, 2), bool).at[3].set(True)
+    _, (_, value) = mem.unroll(net, params, net.initial(2), obs, starts)
+    carry, stepwise = net.initial(2), []
+    for t in range(6):
+        if t == 3:
+            carry = net.initial(2)
+        carry, (_, v) = mem.step(net, params, carry, obs[t])
+        stepwise.append(v)
+    np.testing.assert_allclose(value, jnp.stack(stepwise), rtol=1e-5, atol=1e-6)

@@ -70,7 +70,8 @@ class ActorCriticFields(TorsoFields):
     """The network fields of the actor-critic agents (PPO, IMPALA): a config inherits them."""
 
     shared_torso: bool = False
-    """One torso for actor and critic instead of one each (use it with the image torsos)."""
+    """One torso for actor and critic instead of one each (use it with the image torsos); with
+    memory the torso and the cell are always shared."""
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian policy (continuous actions only)."""
     state_dependent_std: bool = False
@@ -161,6 +162,12 @@ class SequenceFields:
             raise ConfigError(
                 f"{type(self).__name__}.sequence_window={self.sequence_window} is not allowed: "
                 "it must be >= 0 (0: the whole rollout)"
+            )
+        if self.sequence_window and getattr(self, "memory", "none") == "none":
+            raise ConfigError(
+                f"{type(self).__name__}.sequence_window={self.sequence_window} is not allowed "
+                "with memory='none': sequences are for a network with memory (set memory to "
+                "gru or lstm, or sequence_window to 0)"
             )
 
     def window(self, rollout_len: int) -> int:

@@ -253,7 +253,8 @@ def epochs(num_epochs: int, num_minibatches: int) -> Body:
             raise ConfigValueError(
                 f"make_learner: num_minibatches={num_minibatches} does not divide the "
                 f"{num_samples} samples of a batch on one device; choose a divisor of "
-                f"{num_samples}"
+                f"{num_samples} (a sample is a transition, or a whole sequence for agents that "
+                "need time: with memory, one environment's window of sequence_window steps)"
             )
         size = num_samples // num_minibatches
         steps_per_sample = traj.reward.size // num_samples

@@ -50,11 +50,13 @@ class Recurrent(NamedTuple):
 
 def recurrent(module, memory: str, size: int) -> Recurrent:
     """The :class:`Recurrent` of a flax module with ``embed``, ``core`` and ``heads`` methods
-    and its cell under the name ``cell`` (:class:`podracer.networks.RecurrentActorCritic`,
-    ``RecurrentQNetwork``); over a sequence the cell runs as :mod:`podracer.core.cells`
-    writes it."""
+    whose carry is ``memory``'s (:func:`podracer.networks.initial_carry`). Over a sequence, a
+    :class:`podracer.networks.RecurrentBase` whose ``core`` is its flax cell ``cell`` (as
+    :class:`~podracer.networks.RecurrentActorCritic` and ``RecurrentQNetwork``) runs as
+    :mod:`podracer.core.cells` writes the cell; any other module, as a scan of its own
+    ``core``."""
     from podracer.core.cells import SEQUENCES
-    from podracer.networks import initial_carry
+    from podracer.networks import RecurrentBase, initial_carry
 
     def embed(params, obs):
         return module.apply(params, obs, method=type(module).embed)
@@ -68,7 +70,14 @@ def recurrent(module, memory: str, size: int) -> Recurrent:
     def sequence(params, carry, x, starts, cuts=None):
         return SEQUENCES[memory](params["params"]["cell"], carry, x, starts, cuts)
 
-    return Recurrent(lambda n: initial_carry(memory, size, n), embed, core, heads, sequence)
+    fast = (
+        isinstance(module, RecurrentBase)
+        and type(module).core is RecurrentBase.core
+        and memory in SEQUENCES
+    )
+    return Recurrent(
+        lambda n: initial_carry(memory, size, n), embed, core, heads, sequence if fast else None
+    )
 
 
 def scan_core(net: Recurrent, params, carry, x, starts, cuts=None, *, time_unroll: int = 1):

@@ -60,7 +60,8 @@ class ReplayFields:
     buffer_size: int = 50_000
     """Transitions each learner device keeps (its own environments'): the memory is about
     buffer_size x learner devices x (2 observations + 4 numbers) x 4 bytes (CartPole: 40 bytes
-    a transition, 2 MB for 50,000)."""
+    a transition, 2 MB for 50,000); with memory each step also keeps the carry (a GRU of 128:
+    512 bytes more)."""
     batch_size: int = 128
     """Transitions per gradient step, over all learner devices (a multiple of their count)."""
     learning_starts: int = 1_000
@@ -179,11 +180,11 @@ def prioritised_buffer(config: ReplayFields, sample_batch_size: int) -> Prioriti
         )
 
     def sample(state: PrioritisedState, key):
-        weights = state.priorities**alpha
+        weights = powered(state.priorities, alpha)
         cdf = jnp.cumsum(weights)
         total = cdf[-1]
         draws = jax.random.uniform(key, (sample_batch_size,)) * total
-        indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), capacity - 1)
+        indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), last_positive(weights))
         experience = jax.tree.map(lambda x: x[0, indices], state.experience)
         return PrioritisedSample(experience, indices, weights[indices] / total)
 
@@ -194,6 +195,18 @@ def prioritised_buffer(config: ReplayFields, sample_batch_size: int) -> Prioriti
         )
 
     return PrioritisedBuffer(init, add, sample, set_priorities)
+
+
+def powered(priorities: jax.Array, alpha: float) -> jax.Array:
+    """``p ** alpha`` where ``p > 0``, and 0 where the slot holds nothing (``0 ** 0`` is 1:
+    ``alpha = 0``, uniform sampling, must not sample empty slots)."""
+    return jnp.where(priorities > 0, priorities**alpha, 0.0)
+
+
+def last_positive(weights: jax.Array) -> jax.Array:
+    """The last index whose weight is positive (a draw of ``u * total`` that rounds up to the
+    total lands there, not on an empty slot after it)."""
+    return jnp.max(jnp.where(weights > 0, jnp.arange(weights.shape[0]), 0))
 
 
 def flashbax_state(state: PrioritisedState):
@@ -320,6 +333,22 @@ class WindowState(NamedTuple):
     steps: Any  # flashbax TrajectoryBufferState: experience [E, C, ...], current_index, is_full
     priorities: jax.Array  # f32 [E, C // period]: each window start's (0 where no window)
     max_priority: jax.Array  # f32 []: new windows get the largest priority seen so far
+    breaks: jax.Array  # bool [C]: the streams start afresh at this ring position (no window
+    #   crosses it: the steps before it are not the ones that led to it)
+    pending: jax.Array  # bool []: the next add starts the streams afresh (break_streams)
+
+
+def break_streams(replay: Any, where: Any = True) -> Any:
+    """``replay`` (any learner's replay state) with its streams of steps broken before the next
+    add, where ``where`` (broadcast over leading axes of members or devices): the steps added
+    next do not follow the ones held (a Sebulba run resumed with fresh environments; a
+    population member that took another member's buffer but keeps its own environments), so no
+    window may span the two. A replay of independent items is returned as it is."""
+    if not isinstance(replay, WindowState):
+        return replay
+    where = jnp.asarray(where, bool)
+    where = where.reshape(where.shape + (1,) * (replay.pending.ndim - where.ndim))
+    return replay._replace(pending=replay.pending | where)
 
 
 class WindowBuffer(NamedTuple):
@@ -356,7 +385,8 @@ def window_buffer(
     step is not inside it (so it never spans the ring's seam, where the newest step meets the
     oldest, and never mixes environments). A window gets the largest priority seen so far when
     it becomes whole, keeps its priority while its steps stay in the ring, and loses it when
-    they are overwritten. Uniform replay samples every whole window alike."""
+    they are overwritten. Uniform replay samples every whole window alike. Where the streams
+    were broken (:func:`break_streams`), no window crosses the break."""
     import flashbax as fbx
 
     capacity = window_capacity(config, num_envs, window, period)
@@ -371,17 +401,21 @@ def window_buffer(
     )
     position = jnp.arange(starts) * period  # each window's first ring position
 
-    def whole(steps) -> jax.Array:
+    inside = (position[:, None] + jnp.arange(1, window)) % capacity  # [starts, L - 1]
+
+    def whole(steps, breaks) -> jax.Array:
         """bool [starts]: the windows that can be sampled."""
         written = steps.is_full | (position < steps.current_index)
         to_newest = (steps.current_index - 1 - position) % capacity
-        return written & (to_newest >= window - 1)
+        return written & (to_newest >= window - 1) & ~jnp.any(breaks[inside], axis=1)
 
     def init(step):
         return WindowState(
             streams.init(step),
             jnp.zeros((num_envs, starts), jnp.float32),
             jnp.ones((), jnp.float32),
+            jnp.zeros((capacity,), bool),
+            jnp.zeros((), bool),
         )
 
     def add(state: WindowState, steps):
@@ -392,24 +426,27 @@ def window_buffer(
                 f"environment that buffer_size={config.buffer_size} gives {num_envs} "
                 "environments per device; raise buffer_size"
             )
-        before = whole(state.steps)
+        before = whole(state.steps, state.breaks)
         overwritten = (position - state.steps.current_index) % capacity < length
         new = streams.add(state.steps, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps))
-        after = whole(new)
+        written = (state.steps.current_index + jnp.arange(length)) % capacity
+        breaks = state.breaks.at[written].set(False).at[written[0]].set(state.pending)
+        after = whole(new, breaks)
         fresh = after & (overwritten | ~before)
         priorities = jnp.where(
             fresh[None], state.max_priority, jnp.where(after[None], state.priorities, 0.0)
         )
-        return WindowState(new, priorities, state.max_priority)
+        return WindowState(new, priorities, state.max_priority, breaks, jnp.zeros((), bool))
 
     def sample(state: WindowState, key):
-        weights = state.priorities if config.prioritised else (state.priorities > 0)
-        weights = weights.astype(jnp.float32).reshape(-1)
+        weights = state.priorities.reshape(-1)
         if config.prioritised:
-            weights = weights**config.priority_exponent
+            weights = powered(weights, config.priority_exponent)
+        else:
+            weights = (weights > 0).astype(jnp.float32)
         cdf = jnp.cumsum(weights)
         draws = jax.random.uniform(key, (sample_batch_size,)) * cdf[-1]
-        indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), weights.size - 1)
+        indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), last_positive(weights))
         env, start = indices // starts, (indices % starts) * period
         time = (start[:, None] + jnp.arange(window)) % capacity
         experience = jax.tree.map(lambda x: x[env[:, None], time], state.steps.experience)
@@ -427,7 +464,7 @@ def window_buffer(
         return steps * num_envs
 
     def windows(state: WindowState):
-        return jnp.sum(whole(state.steps)) * num_envs
+        return jnp.sum(whole(state.steps, state.breaks)) * num_envs
 
     return WindowBuffer(init, add, sample, set_priorities, stored, windows)
 
@@ -437,10 +474,22 @@ def zeros(item) -> Any:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), item)
 
 
+def check_replay(replay: Replay) -> None:
+    """Raises a :class:`ConfigError` naming a ``Replay`` field that cannot work."""
+    if replay.window < 0 or replay.period < 1 or replay.batch_size < 0:
+        raise ConfigError(
+            f"Replay(window={replay.window}, period={replay.period}, "
+            f"batch_size={replay.batch_size}) is not allowed: window >= 0 (0: independent "
+            "items), period >= 1 and batch_size >= 0 (0: the config's)"
+        )
+
+
 def replay_init(replay: Replay, envs_per_device: int):
     """``init(params, example_obs) -> buffer``: one device's empty buffer of ``replay``'s
     declared item (what :func:`podracer.core.learner.learner_skeleton` keeps in
     ``LearnerState.replay``)."""
+
+    check_replay(replay)
 
     def init(params, example_obs):
         del params
@@ -494,7 +543,9 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
             if num_envs != envs_per_device:
                 raise ConfigValueError(
                     f"replay: the learner keeps {envs_per_device} environment streams per "
-                    f"device but a trajectory brings {num_envs}"
+                    f"device but a trajectory brings {num_envs}: build it with "
+                    f"make_learner(..., envs_per_device={num_envs}) (recipe.learner passes "
+                    "the loop's)"
                 )
             check_items(replay, items, example_obs, traj.reward.shape)
             buffer = window_buffer_of(replay, envs_per_device, per_device)
@@ -535,6 +586,11 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
                 steps_per_sample=max(1, replay.window),
                 as_batch=as_batch,
             )
+            if "priority" in out.metrics:
+                raise ConfigError(
+                    "the agent's loss returns metrics['priority']: return the samples' new "
+                    "priorities as (loss, LossOutput(metrics, priority)) instead"
+                )
             # Before the buffers hold learning_starts items the step changes nothing and its
             # numbers (a loss on unfilled slots) mean nothing: they read 0.
             metrics = {
@@ -574,3 +630,22 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
         return fit._replace(params=params, opt_state=opt_state, replay=buffer_state), metrics
 
     return body
+
+
+_REMOVED = {
+    "replay_learner": "an agent asks for replay with Agent.replay = Replay(config, item), and "
+    "podracer.core.make_learner (every AgentSpec's default make_learner) trains it",
+    "replayed": "the learner keeps the buffer in LearnerState.replay; set Agent.replay",
+    "ReplayState": "the buffer is LearnerState.replay; the agent's slot is its own",
+    "example_items": "declare the item's shapes: Replay(config, item=lambda obs: ...)",
+    "buffer_bytes": "the buffer's arrays are in LearnerState.replay: sum their nbytes",
+}
+
+
+def __getattr__(name: str):
+    if name in _REMOVED:
+        raise AttributeError(
+            f"podracer.core.replay.{name} was removed: {_REMOVED[name]} (docs/agents.md, "
+            "'Off-policy agents')"
+        )
+    raise AttributeError(f"module 'podracer.core.replay' has no attribute {name!r}")

@@ -68,13 +68,14 @@ class Recipe(NamedTuple):
         ``agent`` and ``optimizer`` default to the recipe's (a member passes its own).
         ``envs_per_device``: the environments of one learner device's share of a trajectory
         (what a replay of windows keeps a stream for)."""
+        options = dict(axis_name=axis_name, **self.layout._asdict())
+        if _takes(self.agent_spec.make_learner, "envs_per_device"):
+            options["envs_per_device"] = envs_per_device
         return self.agent_spec.make_learner(
             self.agent if agent is None else agent,
             self.optimizer if optimizer is None else optimizer,
             self.agent_config,
-            axis_name=axis_name,
-            envs_per_device=envs_per_device,
-            **self.layout._asdict(),
+            **options,
         )
 
     def example_obs(self):
@@ -83,6 +84,20 @@ class Recipe(NamedTuple):
 
         spec = self.env_spec.observation
         return np.zeros(spec.shape, spec.dtype)
+
+
+def _takes(function, keyword: str) -> bool:
+    """Whether ``function`` accepts ``keyword`` (by name or through ``**kwargs``): a user's
+    ``make_learner`` written before ``envs_per_device`` existed keeps working."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True
+    return keyword in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def make_recipe(

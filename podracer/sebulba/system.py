@@ -49,6 +49,7 @@ from podracer.config import ConfigValueError
 from podracer.core.acting import Acted, RolloutState, reset_and_act, step_and_record
 from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
+from podracer.core.replay import break_streams
 from podracer.core.rollout import trajectory_shape
 from podracer.loops.common import RunResult, summary, train_record
 from podracer.loops.recipe import Recipe
@@ -374,7 +375,9 @@ class SebulbaRun:
     Made by the compile role (:func:`compile_run`). The actor roles and the learner role run in
     threads and meet only in ``slot`` (params: learner -> actors) and ``queues`` (trajectories:
     actor ``i`` -> learner); ``lifetime`` stops them all and keeps the first error. The learner
-    role replaces ``state`` after every update."""
+    role replaces ``state`` after every update, and each update *donates* the state it was
+    given: any other role (an evaluator, a reanalyser) reads the params from ``slot.get()``
+    (a copy per actor device, with its version), never ``state``."""
 
     recipe: Recipe
     config: SebulbaConfig
@@ -508,6 +511,11 @@ def compile_run(
         state = init_state(recipe, config, seed, devices)
     else:  # a no-op for a state made by init_state or restored into it
         state = jax.device_put(state, state_sharding)
+        if start_update:  # resumed: the actors' environments start afresh, so do the streams
+            state = jax.jit(
+                lambda s: s._replace(replay=break_streams(s.replay)),
+                out_shardings=state_sharding,
+            )(state)
 
     def acting_params(state):
         return agent.actor_params(state.params, one_device(agent, state.agent_state))
@@ -622,7 +630,8 @@ def learner_role(run: SebulbaRun) -> None:
     hooks, timers = run.hooks, run.learner_timers
     run.publish(run.start_update)
     for k in range(run.start_update, run.num_updates):
-        run.watchdog.beat()
+        if run.watchdog is not None:
+            run.watchdog.beat()
         start = time.perf_counter()
         items = [queue.get() for queue in run.queues]
         start = timers.add("wait_for_data", start)
@@ -746,8 +755,10 @@ def run(
         raise
     finally:
         sebulba.watchdog.close()
-    _join(threads)
-    sebulba.lifetime.raise_if_failed()
+    stuck = _join(threads, raise_stuck=False)
+    sebulba.lifetime.raise_if_failed()  # a role's own error first: it is why the others stopped
+    if stuck:
+        raise RuntimeError(f"podracer threads did not stop within {JOIN_TIMEOUT_S} s: {stuck}")
     elapsed = time.perf_counter() - sebulba.start
     if progress is not None:
         progress(sebulba.record())
@@ -801,14 +812,17 @@ def envs_per_device(config: SebulbaConfig) -> int:
     return config.num_actors * config.envs_per_actor // len(config.learner_device_ids)
 
 
-def _join(threads) -> None:
+def _join(threads, raise_stuck: bool = True) -> list[str]:
+    """Joins ``threads`` within ``JOIN_TIMEOUT_S`` together; the names of those still alive
+    (an error naming them with ``raise_stuck``)."""
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     for thread in threads:
         if thread.ident is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
     alive = [t.name for t in threads if t.is_alive()]
-    if alive:
+    if alive and raise_stuck:
         raise RuntimeError(f"podracer threads did not stop within {JOIN_TIMEOUT_S} s: {alive}")
+    return alive
 
 
 def _mean_timers(timers: list[Timers]) -> dict[str, float]:
