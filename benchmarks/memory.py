@@ -124,7 +124,7 @@ def main(argv=None) -> None:
             record = anakin_bench(name, args.total_steps or 262_144)
             if name.startswith("ppo-ff-"):
                 ff[record["num_envs"]] = record["sps"]
-            elif name.startswith("ppo-gru-") and record["num_envs"] in ff:
+            elif name in ("ppo-gru-4", "ppo-gru-64") and record["num_envs"] in ff:
                 record["ff_sps"] = ff[record["num_envs"]]
                 record["ratio_to_ff"] = record["sps"] / ff[record["num_envs"]]
         emit(record, args.out)

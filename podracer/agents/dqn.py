@@ -268,9 +268,14 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
         re-run of the whole window, no gradient crossing the carry into the burn-in."""
         cuts = jnp.zeros_like(seqs.starts).at[:, burn_in].set(burn_in > 0)
         carries, q = memory.unroll_batch(net, params, seqs, steps.obs, cuts)
-        trained = jax.tree.map(lambda x: x[:, burn_in:], (carries, q, steps.bootstrap_obs))
-        carries, q, bootstrap_obs = trained
-        return q, memory.bootstrap_outputs(net, params, carries, bootstrap_obs)
+        trained = jax.tree.map(
+            lambda x: x[:, burn_in:], (carries, q, steps.bootstrap_obs, steps.truncated)
+        )
+        carries, q, bootstrap_obs, truncated = trained
+        boot = memory.bootstrap_outputs(
+            net, params, carries, bootstrap_obs, q, truncated, time_axis=1
+        )
+        return q, boot
 
     def loss(params, batch: ReplayBatch, key):
         del key

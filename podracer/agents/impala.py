@@ -160,7 +160,13 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         if net is not None:  # the sequence re-run from each window's first carry
             carries, (policy, v_tm1) = memory.unroll_batch(net, params, batch.sequences, batch.obs)
             _, v_t = memory.bootstrap_outputs(
-                net, jax.lax.stop_gradient(params), carries, batch.bootstrap_obs
+                net,
+                jax.lax.stop_gradient(params),
+                jax.lax.stop_gradient(carries),
+                batch.bootstrap_obs,
+                jax.lax.stop_gradient((policy, v_tm1)),
+                batch.truncated,
+                time_axis=1,
             )
             return jax.tree.map(flat, policy), v_tm1, jax.lax.stop_gradient(v_t)
         policy, v_tm1 = network.apply(params, flat(batch.obs))

@@ -204,8 +204,11 @@ def make_recurrent(config: PPOConfig, network, head) -> Agent:
         del agent_state
         starts = memory.episode_starts(traj.terminated, traj.truncated)
         first = jax.tree.map(lambda x: x[0], traj.actor_state)
-        carries, (_, v_tm1) = memory.unroll(net, params, first, traj.obs, starts)
-        _, v_t = memory.bootstrap_outputs(net, params, carries, traj.bootstrap_obs)
+        carries, outputs = memory.unroll(net, params, first, traj.obs, starts)
+        _, v_t = memory.bootstrap_outputs(
+            net, params, carries, traj.bootstrap_obs, outputs, traj.truncated
+        )
+        v_tm1 = outputs[1]
         steps = targets(config, head, traj, v_tm1, v_t, mean_fn)
         window = config.window(traj.reward.shape[0])
         return SequenceBatch(memory.windows(steps, window), memory.sequences(traj, window))

@@ -140,8 +140,10 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
         else:  # each bootstrap_obs from the carry after its own step
             starts = memory.episode_starts(traj.terminated, traj.truncated)
             first = jax.tree.map(lambda x: x[0], traj.actor_state)
-            carries, _ = memory.unroll(net, params, first, traj.obs, starts)
-            q_next = memory.bootstrap_outputs(net, params, carries, traj.bootstrap_obs)
+            carries, q = memory.unroll(net, params, first, traj.obs, starts)
+            q_next = memory.bootstrap_outputs(
+                net, params, carries, traj.bootstrap_obs, q, traj.truncated
+            )
         q_next_max = jnp.max(q_next, axis=-1).reshape(num_steps, num_envs)
         target = lambda_returns(
             traj.reward,

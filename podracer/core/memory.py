@@ -149,13 +149,26 @@ def unroll(net: Recurrent, params, carry, obs, starts, cuts=None, *, time_unroll
     return carries, outputs
 
 
-def bootstrap_outputs(net: Recurrent, params, carries, bootstrap_obs):
-    """The outputs for every ``bootstrap_obs [T, B, ...]``, each from the carry after its own
-    step (``carries [T, B, ...]`` of :func:`unroll`): one more step of ``core`` for all
-    ``T * B`` at once (no scan: the carries are known)."""
-    num_steps, num_envs = jax.tree.leaves(carries)[0].shape[:2]
-    _, out = step(net, params, _flat(carries, 2), _flat(bootstrap_obs, 2))
-    return _unflat(out, (num_steps, num_envs))
+def bootstrap_outputs(
+    net: Recurrent, params, carries, bootstrap_obs, outputs, truncated, *, time_axis: int = 0
+):
+    """The outputs for every ``bootstrap_obs [T, B, ...]`` (or ``[B, T, ...]`` with
+    ``time_axis=1``), each from the carry after its own step (``carries`` of :func:`unroll`),
+    given the ``outputs`` of ``obs`` that the re-run computed. Inside an episode
+    ``bootstrap_obs[t]`` is ``obs[t + 1]`` and the carry after step ``t`` is the one step
+    ``t + 1`` starts from, so its output is ``outputs[t + 1]``; the last step (and, inside a
+    ``lax.cond``, the truncated ones) take one more step of the network from the carry before
+    the reset (:func:`podracer.core.returns.bootstrap_values`). Terminations bootstrap from
+    whatever stands there: their discount is zero."""
+    from podracer.core.returns import bootstrap_values
+
+    def value_fn(params, carry_and_obs):
+        carry, obs = carry_and_obs
+        return step(net, params, carry, obs)[1]
+
+    return bootstrap_values(
+        value_fn, params, outputs, (carries, bootstrap_obs), truncated, time_axis=time_axis
+    )
 
 
 def windows(tree, window: int):

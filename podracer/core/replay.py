@@ -436,7 +436,8 @@ def window_buffer(
         priorities = jnp.where(
             fresh[None], state.max_priority, jnp.where(after[None], state.priorities, 0.0)
         )
-        return WindowState(new, priorities, state.max_priority, breaks, jnp.zeros((), bool))
+        # (pending & False, not a new False: the flag keeps its shard_map type)
+        return WindowState(new, priorities, state.max_priority, breaks, state.pending & False)
 
     def sample(state: WindowState, key):
         weights = state.priorities.reshape(-1)

@@ -221,23 +221,34 @@ def bootstrap_values(
     select and both branches run: one ``B``-row pass more than evaluating every
     ``bootstrap_obs``, never fewer.
 
-    ``value_fn(params, obs [N, ...]) -> [N, ...]`` gives values or action values; the result has
-    ``v_obs``'s shape. (``params`` goes into the ``lax.cond`` as an operand already marked as
-    varying over the observations' ``shard_map`` axes: a branch that marks it itself trips the
-    conversion of a batched ``cond`` to a select in JAX 0.10.)
+    ``value_fn(params, obs [N, ...]) -> [N, ...]`` gives values or action values (a pytree of
+    them); the result has ``v_obs``'s shape. ``bootstrap_obs`` may be a pytree of ``[T, B, ...]``
+    leaves too: a recurrent network's bootstrap is ``(carry after the step, bootstrap_obs)``
+    (:func:`podracer.core.memory.bootstrap_outputs`). (``params`` goes into the ``lax.cond`` as
+    an operand already marked as varying over the observations' ``shard_map`` axes: a branch
+    that marks it itself trips the conversion of a batched ``cond`` to a select in JAX 0.10.)
     """
     num_steps = truncated_t.shape[time_axis]
-    obs_shape = bootstrap_obs.shape[truncated_t.ndim :]
-    last = jnp.take(bootstrap_obs, num_steps - 1, axis=time_axis)  # [B, ...]
-    tail = jnp.expand_dims(value_fn(params, last), time_axis)
-    rest = jax.lax.slice_in_dim(v_obs, 1, num_steps, axis=time_axis)
-    shifted = jnp.concatenate([rest, tail], axis=time_axis)
+    dims = truncated_t.ndim
+    last = jax.tree.map(lambda x: jnp.take(x, num_steps - 1, axis=time_axis), bootstrap_obs)
+    tail = jax.tree.map(lambda v: jnp.expand_dims(v, time_axis), value_fn(params, last))
+    shifted = jax.tree.map(
+        lambda v, t: jnp.concatenate(
+            [jax.lax.slice_in_dim(v, 1, num_steps, axis=time_axis), t], axis=time_axis
+        ),
+        v_obs,
+        tail,
+    )
 
     def every(params, shifted, bootstrap_obs, truncated_t):
-        flat = bootstrap_obs.reshape(-1, *obs_shape)
-        values = value_fn(params, flat).reshape(v_obs.shape)
-        where = truncated_t.reshape(truncated_t.shape + (1,) * (v_obs.ndim - truncated_t.ndim))
-        return jnp.where(where, values, shifted)
+        flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[dims:]), bootstrap_obs)
+
+        def pick(values, shifted):
+            values = values.reshape(shifted.shape)
+            where = truncated_t.reshape(truncated_t.shape + (1,) * (shifted.ndim - dims))
+            return jnp.where(where, values, shifted)
+
+        return jax.tree.map(pick, value_fn(params, flat), shifted)
 
     def none(params, shifted, bootstrap_obs, truncated_t):
         del params, bootstrap_obs, truncated_t
@@ -245,5 +256,6 @@ def bootstrap_values(
 
     before_last = jax.lax.slice_in_dim(truncated_t, 0, num_steps - 1, axis=time_axis)
     # Typed as varying as the observations are, so that neither branch marks them itself.
-    operands = (vary_as(params, bootstrap_obs), shifted, bootstrap_obs, truncated_t)
+    varying = vary_as(params, jax.tree.leaves(bootstrap_obs)[0])
+    operands = (varying, shifted, bootstrap_obs, truncated_t)
     return jax.lax.cond(jnp.any(before_last), every, none, *operands)
