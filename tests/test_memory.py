@@ -297,13 +297,18 @@ def sequences_batch(config, agent, b=4, seed=0):
     rng = np.random.default_rng(seed)
     L = config.window
     done = rng.random((b, L)) < 0.15
+    terminated = done & (rng.random((b, L)) < 0.5)
+    # As acting records them: inside an episode the bootstrap observation is the next step's.
+    obs = rng.normal(size=(b, L, 3))
+    bootstrap_obs = rng.normal(size=(b, L, 3))
+    bootstrap_obs[:, :-1] = np.where(done[:, :-1, None], bootstrap_obs[:, :-1], obs[:, 1:])
     return SequenceStep(
-        obs=jnp.asarray(rng.normal(size=(b, L, 3)), jnp.float32),
+        obs=jnp.asarray(obs, jnp.float32),
         action=jnp.asarray(rng.integers(0, 2, (b, L)), jnp.int32),
         reward=jnp.asarray(rng.normal(size=(b, L)), jnp.float32),
-        terminated=jnp.asarray(done & (rng.random((b, L)) < 0.5)),
-        truncated=jnp.asarray(done & ~(rng.random((b, L)) < 0.5)),
-        bootstrap_obs=jnp.asarray(rng.normal(size=(b, L, 3)), jnp.float32),
+        terminated=jnp.asarray(terminated),
+        truncated=jnp.asarray(done & ~terminated),
+        bootstrap_obs=jnp.asarray(bootstrap_obs, jnp.float32),
         actor_state=jnp.asarray(rng.normal(size=(b, L, 8)), jnp.float32),
     )
 
