@@ -21,7 +21,6 @@ HAVE_ENVPOOL = importlib.util.find_spec("envpool") is not None
 SMOKE = [
     "ppo-cartpole-8",
     "catch-8",
-    "ppo-gru-cartpole-8",
     "sebulba-impala-breakout-same",
     "sebulba-impala-breakout-split",  # skipped: one device
     "population-4-vmap",

@@ -96,8 +96,8 @@ class DQNConfig(ReplayFields, QNetworkFields):
     """With memory: sampled sequences start every this many steps of an environment's stream
     (0: half of burn_in + sequence_length, R2D2's overlap)."""
     priority_eta: float = 0.9
-    """With memory and prioritised replay: a sequence's priority is eta max|TD| + (1 - eta)
-    mean|TD| over its trained steps (R2D2)."""
+    """With memory and prioritised replay: a sequence's priority is eta times the largest
+    absolute TD error over its trained steps plus (1 - eta) times their mean (R2D2)."""
 
     def __post_init__(self):
         check_positive(self, "lr", "n_step", "target_period", "sequence_length")
