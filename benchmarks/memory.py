@@ -1,6 +1,6 @@
 """Memory: recurrent agents against the feed-forward ones and the environment alone.
 
-    python benchmarks/memory.py     # every configuration (about 6 min on 2 cores)
+    python benchmarks/memory.py     # every configuration (about 10 min on 2 cores)
     python benchmarks/memory.py --configs ppo-gru-4,ppo-ff-4 --total-steps 262144
 
 One JSON line per configuration on stdout (and appended to ``--out``): ``sps`` (training steps
@@ -121,7 +121,8 @@ def main(argv=None) -> None:
         if name in SEBULBA:
             record = sebulba_bench(name, args.total_steps or 200_000)
         else:
-            record = anakin_bench(name, args.total_steps or 262_144)
+            default = 32_768 if name.startswith("dqn") else 262_144  # DQN: ~350 steps/s on CPU
+            record = anakin_bench(name, args.total_steps or default)
             if name.startswith("ppo-ff-"):
                 ff[record["num_envs"]] = record["sps"]
             elif name in ("ppo-gru-4", "ppo-gru-64") and record["num_envs"] in ff:

@@ -69,7 +69,8 @@ def actor_only_sps(
             collector.rollout(act, params, key, Timers())
 
     else:
-        carry = RolloutState((), env.reset(), ())
+        initial = jax.device_put(agent.initial_actor_state(env.num_envs), device)
+        carry = RolloutState((), env.reset(), initial)
         keys = jax.device_put(rollout_keys(jax.random.key(1), config.rollout_len), device)
 
         def rollout():

@@ -202,6 +202,27 @@ def make_torso(
     raise ConfigValueError(f"unknown torso {name!r}: choose one of {', '.join(TORSOS)}")
 
 
+def _add_policy_and_value_heads(module: nn.Module) -> None:
+    """The actor-critics' linear heads, set up on ``module``: logits (or means), a value, and
+    with continuous actions a log standard deviation (a head or one free parameter)."""
+    module.policy_head = nn.Dense(module.num_actions, kernel_init=_orthogonal(0.01))
+    module.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
+    if module.continuous and module.state_dependent_std:
+        module.log_std_head = nn.Dense(module.num_actions, kernel_init=_orthogonal(0.01))
+    elif module.continuous:
+        module.log_std = module.param("log_std", nn.initializers.zeros, (module.num_actions,))
+
+
+def _policy_outputs(module: nn.Module, x):
+    """Logits, or ``(mean, log_std)`` with continuous actions, from the policy's features."""
+    out = module.policy_head(x)
+    if not module.continuous:
+        return out
+    if module.state_dependent_std:
+        return out, module.log_std_head(x)
+    return out, jnp.broadcast_to(module.log_std, out.shape)
+
+
 class ActorCritic(nn.Module):
     """Actor-critic: ``obs [B, ...] -> (policy [B, ...], value [B])``.
 
@@ -235,24 +256,14 @@ class ActorCritic(nn.Module):
 
         self.actor_torso = torso()
         self.critic_torso = self.actor_torso if self.shared_torso else torso()
-        self.policy_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
-        self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
-        if self.continuous and self.state_dependent_std:
-            self.log_std_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
-        elif self.continuous:
-            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
+        _add_policy_and_value_heads(self)
 
     def __call__(self, obs):
         return self.policy(obs), self.value(obs)
 
     def policy(self, obs):
         x = self.actor_torso(obs)
-        out = self.policy_head(x)
-        if not self.continuous:
-            return out
-        if self.state_dependent_std:
-            return out, self.log_std_head(x)
-        return out, jnp.broadcast_to(self.log_std, out.shape)
+        return _policy_outputs(self, x)
 
     def value(self, obs):
         return self.value_head(self.critic_torso(obs))[..., 0]
@@ -355,24 +366,14 @@ class RecurrentActorCritic(RecurrentBase):
         self.cell = make_cell(self.memory, self.memory_size)
         self.policy_hidden = nn.Dense(self.memory_size, kernel_init=_orthogonal(np.sqrt(2)))
         self.value_hidden = nn.Dense(self.memory_size, kernel_init=_orthogonal(np.sqrt(2)))
-        self.policy_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
-        self.value_head = nn.Dense(1, kernel_init=_orthogonal(1.0))
-        if self.continuous and self.state_dependent_std:
-            self.log_std_head = nn.Dense(self.num_actions, kernel_init=_orthogonal(0.01))
-        elif self.continuous:
-            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
+        _add_policy_and_value_heads(self)
 
     def heads(self, h):
         return self.policy(h), self.value(h)
 
     def policy(self, h):
         x = ACTIVATIONS[self.activation](self.policy_hidden(h))
-        out = self.policy_head(x)
-        if not self.continuous:
-            return out
-        if self.state_dependent_std:
-            return out, self.log_std_head(x)
-        return out, jnp.broadcast_to(self.log_std, out.shape)
+        return _policy_outputs(self, x)
 
     def value(self, h):
         return self.value_head(ACTIVATIONS[self.activation](self.value_hidden(h)))[..., 0]
