@@ -184,6 +184,62 @@ class Anakin(NamedTuple):
         return run_eval
 
 
+def checked_mesh(
+    config: AnakinConfig, devices: Sequence[jax.Device] | None, members: Members | None
+) -> jax.sharding.Mesh:
+    """The ``(MEMBER_AXIS, DATA_AXIS)`` mesh of a run, after the checks that its sizes divide
+    (members over member groups, environments over each group's devices, one hyper-parameter
+    value and one seed offset per member)."""
+    if config.num_seeds % config.member_shards:
+        raise ConfigError(
+            f"AnakinConfig.member_shards={config.member_shards} is not allowed with "
+            f"{config.num_seeds} members (num_seeds, or the sweep or population size): it must "
+            "divide the number of members"
+        )
+    mesh = member_mesh(devices, config.member_shards)
+    num_devices = mesh.shape[DATA_AXIS]
+    if config.num_envs % num_devices:
+        where = (
+            f"on {num_devices} devices: it must be a multiple of the device count ({num_devices})"
+            if config.member_shards == 1
+            else f"on {mesh.devices.size} devices with member_shards={config.member_shards}: it "
+            f"must be a multiple of the devices per member group ({num_devices})"
+        )
+        raise ConfigError(f"AnakinConfig.num_envs={config.num_envs} is not allowed {where}")
+    if members is not None:
+        for name, values in members.hparams.items():
+            if np.shape(values) != (config.num_seeds,):
+                raise ConfigError(
+                    f"Members.hparams[{name!r}] has shape {np.shape(values)}: it must be "
+                    f"({config.num_seeds},), one value per member (AnakinConfig.num_seeds)"
+                )
+        if np.shape(members.seed_offsets) != (config.num_seeds,):
+            raise ConfigError(
+                f"Members.seed_offsets has shape {np.shape(members.seed_offsets)}: it must be "
+                f"({config.num_seeds},)"
+            )
+    return mesh
+
+
+def with_periodic(step: Callable, periodic: Periodic) -> Callable:
+    """``step`` followed, when its last update is a multiple of ``periodic.interval``, by
+    ``periodic.apply`` (inside a ``lax.cond``); the metrics get its events and ``due``."""
+
+    def stepped(state: AnakinState):
+        state, metrics = step(state)
+        _, shapes = jax.eval_shape(periodic.apply, state)
+        due = state.learner.update_count[0] % periodic.interval == 0
+        state, events = jax.lax.cond(
+            due,
+            periodic.apply,
+            lambda s: (s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)),
+            state,
+        )
+        return state, metrics._replace(events={"due": due, **events})
+
+    return stepped
+
+
 def make_anakin(
     recipe: Recipe,
     config: AnakinConfig,
@@ -211,36 +267,10 @@ def make_anakin(
     The mesh is ``(MEMBER_AXIS, DATA_AXIS)`` (:func:`~podracer.parallel.member_mesh`) with
     ``config.member_shards`` groups of devices; each group splits its members' environments.
     """
-    if config.num_seeds % config.member_shards:
-        raise ConfigError(
-            f"AnakinConfig.member_shards={config.member_shards} is not allowed with "
-            f"{config.num_seeds} members (num_seeds, or the sweep or population size): it must "
-            "divide the number of members"
-        )
-    mesh = member_mesh(devices, config.member_shards)
+    mesh = checked_mesh(config, devices, members)
     num_devices = mesh.shape[DATA_AXIS]
-    if config.num_envs % num_devices:
-        where = (
-            f"on {num_devices} devices: it must be a multiple of the device count ({num_devices})"
-            if config.member_shards == 1
-            else f"on {mesh.devices.size} devices with member_shards={config.member_shards}: it "
-            f"must be a multiple of the devices per member group ({num_devices})"
-        )
-        raise ConfigError(f"AnakinConfig.num_envs={config.num_envs} is not allowed {where}")
     env = EpisodeStatistics(recipe.make_env())
     env_params = env.default_params if env_params is None else env_params
-    if members is not None:
-        for name, values in members.hparams.items():
-            if np.shape(values) != (config.num_seeds,):
-                raise ConfigError(
-                    f"Members.hparams[{name!r}] has shape {np.shape(values)}: it must be "
-                    f"({config.num_seeds},), one value per member (AnakinConfig.num_seeds)"
-                )
-        if np.shape(members.seed_offsets) != (config.num_seeds,):
-            raise ConfigError(
-                f"Members.seed_offsets has shape {np.shape(members.seed_offsets)}: it must be "
-                f"({config.num_seeds},)"
-            )
 
     def parts(hparams):
         """The agent, learner and rollout of one member (built inside the trace for members)."""
@@ -360,21 +390,7 @@ def make_anakin(
         # Metrics come back replicated: every process can read them, even when the members
         # are split over processes (an all-gather of a few numbers per member).
         out_shardings = (state_shardings, jax.sharding.NamedSharding(mesh, P()))
-        if periodic is None:
-            return jax.jit(sharded, donate_argnums=0, out_shardings=out_shardings)
-
-        def step(state: AnakinState):
-            state, metrics = sharded(state)
-            _, shapes = jax.eval_shape(periodic.apply, state)
-            due = state.learner.update_count[0] % periodic.interval == 0
-            state, events = jax.lax.cond(
-                due,
-                periodic.apply,
-                lambda s: (s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)),
-                state,
-            )
-            return state, metrics._replace(events={"due": due, **events})
-
+        step = sharded if periodic is None else with_periodic(sharded, periodic)
         return jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
 
     return Anakin(
