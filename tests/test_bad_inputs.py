@@ -29,6 +29,15 @@ STATIC = [
     (["train", "--agent", "sarsa", *T], "--agent='sarsa' is not allowed: choose one of ppo"),
     (["train", "--arch", "podrace", *T], "--arch='podrace' is not allowed"),
     (["train", "--env", "gymnax:Cartpole-v1", *T], "unknown environment id 'gymnax:Cartpole-v1'"),
+    (
+        ["train", "--env", "user_env_noid:NoId", *T],
+        "environment id 'user_env_noid:NoId' made a NoId, which has no id: it must follow "
+        "podracer.types.Environment",
+    ),
+    (
+        ["train", "--env", "user_env_noid:NoStep", *T],
+        "made a NoStep, which has no step: it must follow podracer.types.Environment",
+    ),
     (["train", "--env", "envpool:CartPole-v1", *T], "is a host environment"),
     (["train", "--env", "brax:nothing", *T], "unknown brax environment 'nothing'"),
     (
@@ -210,6 +219,24 @@ def user_files(root):
     (root / "notjson" / "config.json").write_text("{agent: ppo")
     (root / "notobject").mkdir()
     (root / "notobject" / "config.json").write_text("[1, 2]")
+    # A user's environment without an id (every other piece of podracer.types.Environment: a
+    # wrapped Catch) and one without a step method.
+    (root / "user_env_noid.py").write_text(
+        "from podracer.envs import Catch\n\n\n"
+        "class NoId:\n"
+        "    def __init__(self):\n"
+        "        self._env = Catch()\n"
+        "        self.default_params = self._env.default_params\n"
+        "        self.observation_spec = self._env.observation_spec\n"
+        "        self.action_spec = self._env.action_spec\n"
+        "        self.reset = self._env.reset\n"
+        "        self.step = self._env.step\n\n\n"
+        "class NoStep(NoId):\n"
+        "    id = 'nostep'\n\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        del self.step\n"
+    )
     (root / "locked").mkdir()
     (root / "locked").chmod(stat.S_IRUSR | stat.S_IXUSR)
 

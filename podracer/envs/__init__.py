@@ -75,7 +75,7 @@ def make(env_id: str, **kwargs):
         env = factory(**kwargs)
         missing = [
             name
-            for name in ("reset", "step", "observation_spec", "action_spec", "default_params")
+            for name in ("id", "reset", "step", "observation_spec", "action_spec", "default_params")
             if not hasattr(env, name)
         ]
         if missing:
