@@ -240,6 +240,35 @@ def with_periodic(step: Callable, periodic: Periodic) -> Callable:
     return stepped
 
 
+def state_layout(agent, mesh: jax.sharding.Mesh) -> tuple[AnakinState, AnakinState]:
+    """The :class:`AnakinState`'s partition specs and shardings on ``mesh``: members over
+    ``MEMBER_AXIS``, environments (and per-device learner state) over ``DATA_AXIS``."""
+    specs = AnakinState(
+        learner=learner_specs(agent, P(MEMBER_AXIS), P(MEMBER_AXIS, DATA_AXIS)),
+        rollout=P(MEMBER_AXIS, DATA_AXIS),
+        key=P(MEMBER_AXIS),
+        hparams=P(MEMBER_AXIS),
+        periodic=P(MEMBER_AXIS),
+    )
+    shardings = jax.tree.map(
+        lambda spec: jax.sharding.NamedSharding(mesh, spec),
+        specs,
+        is_leaf=lambda x: isinstance(x, P),
+    )
+    return specs, shardings
+
+
+def over_members(one_seed: Callable, local_members: int, member_loop: str, state: AnakinState):
+    """``one_seed`` over a device's members ``[M, ...]``: vmapped, or one after another with
+    ``member_loop="map"``; a single member without a batch dimension of size 1 in every op."""
+    if local_members == 1:
+        state, metrics = one_seed(jax.tree.map(lambda x: x[0], state))
+        return jax.tree.map(lambda x: x[None], (state, metrics))
+    if member_loop == "map":  # a single run's ops, member after member
+        return jax.lax.map(one_seed, state)
+    return jax.vmap(one_seed)(state)
+
+
 def make_anakin(
     recipe: Recipe,
     config: AnakinConfig,
@@ -314,18 +343,7 @@ def make_anakin(
             )
         )
 
-    state_specs = AnakinState(
-        learner=learner_specs(recipe.agent, P(MEMBER_AXIS), P(MEMBER_AXIS, DATA_AXIS)),
-        rollout=P(MEMBER_AXIS, DATA_AXIS),
-        key=P(MEMBER_AXIS),
-        hparams=P(MEMBER_AXIS),
-        periodic=P(MEMBER_AXIS),
-    )
-    state_shardings = jax.tree.map(
-        lambda spec: jax.sharding.NamedSharding(mesh, spec),
-        state_specs,
-        is_leaf=lambda x: isinstance(x, P),
-    )
+    state_specs, state_shardings = state_layout(recipe.agent, mesh)
 
     # One program over the global mesh: with several processes, each computes (and holds) only
     # the shards of its own devices, i.e. its own slice of the environment batch.
@@ -370,19 +388,11 @@ def make_anakin(
 
     @functools.cache
     def make_step(k: int):
-        def device_step(state: AnakinState):
-            def one_seed(state):
-                return jax.lax.scan(one_update, state, None, length=k)
-
-            if local_members == 1:  # no batch dimension of size 1 in every op
-                state, metrics = one_seed(jax.tree.map(lambda x: x[0], state))
-                return jax.tree.map(lambda x: x[None], (state, metrics))
-            if config.member_loop == "map":  # a single run's ops, member after member
-                return jax.lax.map(one_seed, state)
-            return jax.vmap(one_seed)(state)
+        def one_seed(state):
+            return jax.lax.scan(one_update, state, None, length=k)
 
         sharded = jax.shard_map(
-            device_step,
+            functools.partial(over_members, one_seed, local_members, config.member_loop),
             mesh=mesh,
             in_specs=(state_specs,),
             out_specs=(state_specs, P(MEMBER_AXIS)),

@@ -159,14 +159,9 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
 
         if net is not None:  # the sequence re-run from each window's first carry
             carries, (policy, v_tm1) = memory.unroll_batch(net, params, batch.sequences, batch.obs)
+            outputs = (policy, v_tm1)
             _, v_t = memory.bootstrap_outputs(
-                net,
-                jax.lax.stop_gradient(params),
-                jax.lax.stop_gradient(carries),
-                batch.bootstrap_obs,
-                jax.lax.stop_gradient((policy, v_tm1)),
-                batch.truncated,
-                time_axis=1,
+                net, params, carries, batch.bootstrap_obs, outputs, batch.truncated, time_axis=1
             )
             return jax.tree.map(flat, policy), v_tm1, jax.lax.stop_gradient(v_t)
         policy, v_tm1 = network.apply(params, flat(batch.obs))

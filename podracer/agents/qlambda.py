@@ -128,13 +128,7 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
         else:  # the sequence re-run from each window's first carry
             carries, q_tm1 = memory.unroll_batch(net, params, batch.sequences, batch.obs)
             q_t = memory.bootstrap_outputs(
-                net,
-                jax.lax.stop_gradient(params),
-                jax.lax.stop_gradient(carries),
-                batch.bootstrap_obs,
-                jax.lax.stop_gradient(q_tm1),
-                batch.truncated,
-                time_axis=1,
+                net, params, carries, batch.bootstrap_obs, q_tm1, batch.truncated, time_axis=1
             )
             q_t = jax.lax.stop_gradient(q_t)
         discount_t = config.gamma * (1.0 - batch.terminated.astype(jnp.float32))

@@ -386,7 +386,7 @@ def optimizer_step(optimizer, params, opt_state, grads, axis_name: str | None):
     divergence check reads (:func:`podracer.loops.common.check_finite`)."""
     grads = pmean_gradients(grads, axis_name)
     updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
+    return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
 
 
 def one_device(agent: Agent, agent_state):
