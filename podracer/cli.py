@@ -35,6 +35,7 @@ commands:
   sweep    seeds and hyper-parameters: one vmapped program for Anakin (podracer sweep --help)
   eval     evaluate a saved run's checkpoint (podracer eval --help)
   plot     learning curves from run directories (podracer plot --help)
+  backtest a trading run against buy-and-hold and equal weight (podracer backtest --help)
 """
 
 SELECTORS = ("arch", "agent", "env", "seed", "total_timesteps")
@@ -711,7 +712,14 @@ def main(argv: Sequence[str] | None = None, *, cpu_cores: bool | None = None) ->
             from podracer import plotting
 
             return plotting.main(rest)
-        raise CLIError(f"unknown command {command!r}: choose one of train, sweep, eval, plot")
+        if command == "backtest":
+            from podracer import backtest
+
+            backtest.main(rest)
+            return 0
+        raise CLIError(
+            f"unknown command {command!r}: choose one of train, sweep, eval, plot, backtest"
+        )
     except Diverged as error:
         print(f"podracer: {error}", file=sys.stderr)
         return 1

@@ -36,6 +36,14 @@ def eval_key(seed: int, updates: int) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed + seeding.EVAL_SEED_OFFSET), updates)
 
 
+def evaluation_params(env) -> Any:
+    """The params evaluations play with: ``env.evaluation_params(env.default_params)`` where
+    the environment defines it (a held-out period of :mod:`podracer.envs.trading`), else its
+    ``default_params``."""
+    held_out = getattr(env, "evaluation_params", None)
+    return env.default_params if held_out is None else held_out(env.default_params)
+
+
 def make_evaluator(
     env,
     agent: Agent,
@@ -50,10 +58,11 @@ def make_evaluator(
     Every step is :func:`~podracer.core.acting.step_and_record` (the actor state carried and
     reset where an episode starts, as when training), with the greedy agent when ``greedy``.
     Episodes that have not ended after ``max_steps`` steps count with the return so far.
+    ``env_params`` default to :func:`evaluation_params`.
     """
     if num_episodes < 1:
         raise ValueError(f"make_evaluator: num_episodes={num_episodes} must be >= 1")
-    env_params = env.default_params if env_params is None else env_params
+    env_params = evaluation_params(env) if env_params is None else env_params
     act = reset_and_act(greedy_agent(agent) if greedy else agent)
     env_step = batched_env_step(env, env_params, num_episodes)
 

@@ -5,9 +5,11 @@ gymnax, discrete (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...) or c
 (``gymnax:Pendulum-v1``, ``gymnax:MountainCarContinuous-v0``, ...), ``"brax:<name>"`` for brax's
 environments (``brax:ant``, ``brax:halfcheetah``, ...; options in the id as a query string,
 ``brax:ant?backend=positional&episode_length=100``, see :mod:`podracer.envs.brax`; brax is an
-optional extra), an id added with :func:`register`, and ``"module:attribute"``: a user's
-environment class or factory, imported from ``sys.path`` or the current directory and called
-with the keyword arguments (``podracer train --env my_envs:make_env``).
+optional extra), ``"trading:synthetic"`` and ``"trading:PATH.csv"`` (a portfolio of
+stocks, :mod:`podracer.envs.trading`), an id added with :func:`register`, and
+``"module:attribute"``: a user's environment class or factory, imported from ``sys.path`` or
+the current directory and called with the keyword arguments
+(``podracer train --env my_envs:make_env``).
 
 A run's environment options (``--env-param``, ``--env-observe``: :class:`EnvOptions`) are
 applied by :func:`make_with_options`, the one factory every loop builds its JAX environments
@@ -22,6 +24,7 @@ from typing import Any
 
 from podracer.config import ConfigValueError
 from podracer.envs import brax as brax_envs
+from podracer.envs import trading
 from podracer.envs.brax import BRAX_IDS, BraxEnvironment  # brax itself: when a brax: id is made
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax import CONTINUOUS_IDS, DISCRETE_IDS, GymnaxEnvironment
@@ -33,9 +36,10 @@ KNOWN_IDS: tuple[str, ...] = (
     *(f"gymnax:{name}" for name in DISCRETE_IDS),
     *(f"gymnax:{name}" for name in CONTINUOUS_IDS),
     *(f"brax:{name}" for name in BRAX_IDS),
+    "trading:synthetic",
 )
 
-RESERVED_PREFIXES = ("gymnax:", "brax:", "envpool:", "gymnasium:")
+RESERVED_PREFIXES = ("gymnax:", "brax:", "trading:", "envpool:", "gymnasium:")
 """Id prefixes of the built-in families (JAX and host); any other ``a:b`` is a module path."""
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
@@ -63,6 +67,8 @@ def make(env_id: str, **kwargs):
         return GymnaxEnvironment(env_id.removeprefix("gymnax:"), **kwargs)
     if env_id.startswith("brax:"):
         return brax_envs.make(env_id, **kwargs)
+    if env_id.startswith("trading:"):
+        return trading.make(env_id, **kwargs)
     if ":" in env_id and not env_id.startswith(RESERVED_PREFIXES):
         from podracer.agents.spec import load_attribute
 
