@@ -28,16 +28,27 @@ from podracer import envs
 from podracer.agents import PPOConfig, QLambdaConfig
 from podracer.anakin import AnakinConfig, build, choose_updates_per_call, run
 from podracer.core.rollout import reset_envs
+from podracer.types import BoundedActionSpec
+
+
+def random_actions(key, spec, num_envs: int):
+    """Uniformly random actions for ``num_envs`` environments of action spec ``spec``: within
+    the bounds of a ``BoundedActionSpec``, any of a ``DiscreteActionSpec``'s."""
+    if isinstance(spec, BoundedActionSpec):
+        low = jnp.broadcast_to(jnp.asarray(spec.low, jnp.float32), spec.shape)
+        high = jnp.broadcast_to(jnp.asarray(spec.high, jnp.float32), spec.shape)
+        return jax.random.uniform(key, (num_envs, *spec.shape), minval=low, maxval=high)
+    return jax.random.randint(key, (num_envs,), 0, spec.num_actions)
 
 
 def env_only_sps(
     env_id: str, num_envs: int, rollout_len: int, num_updates: int, env_options=None
 ) -> float:
-    """Steps per second of ``num_envs`` environments with uniformly random actions, scanned as
+    """Steps per second of ``num_envs`` environments with uniformly random actions
+    (:func:`random_actions`), scanned as
     Anakin scans them (updates x time), measured after compiling."""
     env = envs.make_with_options(env_id, env_options) if env_options else envs.make(env_id)
     params = env.default_params
-    num_actions = env.action_spec.num_actions
     batched_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def steps(key):
@@ -45,7 +56,7 @@ def env_only_sps(
 
         def one_step(env_state, key):
             action_key, step_key = jax.random.split(key)
-            actions = jax.random.randint(action_key, (num_envs,), 0, num_actions)
+            actions = random_actions(action_key, env.action_spec, num_envs)
             env_state, ts = batched_step(
                 jax.random.split(step_key, num_envs), env_state, actions, params
             )

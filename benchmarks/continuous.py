@@ -12,7 +12,9 @@ Configurations (``--only``, comma-separated):
   (preset ``brax``); brax steps at a few thousand steps/s on XLA:CPU, so on CPU the run is small
   (16 envs, 3.2e4 steps) and on an accelerator the preset's 128 envs, 1e6 steps;
 - ``envpool-halfcheetah``: Sebulba PPO on ``envpool:HalfCheetah-v4`` (preset ``mujoco``), actor
-  and learner on device 0, 1e5 steps.
+  and learner on device 0, 1e5 steps;
+- ``trading``: Anakin PPO on ``trading:synthetic`` (30 assets; preset ``trading``), the preset's
+  32 envs and 3e5 steps on CPU, 2,048 envs and about 2e6 steps on an accelerator.
 
 Agent and loop values are the family's preset (:func:`podracer.presets.preset_for`, what
 ``podracer train`` applies); ``--num-envs`` and ``--total-steps`` override them.
@@ -47,6 +49,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from anakin_throughput import random_actions
 from jsonl import emit
 
 import podracer
@@ -67,6 +70,7 @@ class Bench(NamedTuple):
     cpu_loop: dict[str, Any]  # loop values over the preset's on CPU
     smoke_loop: dict[str, Any]  # loop values over the preset's with --smoke
     smoke_total_steps: int
+    accelerator_loop: dict[str, Any]  # loop values over the preset's on an accelerator
 
 
 CONFIGS: dict[str, Bench] = {
@@ -79,6 +83,7 @@ CONFIGS: dict[str, Bench] = {
         cpu_loop={},
         smoke_loop={"num_envs": 4},
         smoke_total_steps=4 * 128 * 4,  # 512 steps per env: episodes end in the last update
+        accelerator_loop={},
     ),
     "brax-halfcheetah": Bench(
         "anakin",
@@ -89,6 +94,7 @@ CONFIGS: dict[str, Bench] = {
         cpu_loop={"num_envs": 16},
         smoke_loop={"num_envs": 4},
         smoke_total_steps=4 * 32 * 2,
+        accelerator_loop={},
     ),
     "envpool-halfcheetah": Bench(
         "sebulba",
@@ -99,19 +105,22 @@ CONFIGS: dict[str, Bench] = {
         cpu_loop={},
         smoke_loop={"envs_per_actor": 2},
         smoke_total_steps=2 * 256 * 4,  # 1,024 steps per env: every env ends one episode
+        accelerator_loop={},
+    ),
+    "trading": Bench(
+        "anakin",
+        "trading:synthetic",  # 30 assets, 2520 days
+        total_steps=300_000,
+        accelerator_total_steps=2048 * 64 * 16,
+        env_budget=2_000_000,
+        cpu_loop={},
+        smoke_loop={"num_envs": 4, "rollout_len": 16},
+        smoke_total_steps=4 * 16 * 2,
+        accelerator_loop={"num_envs": 2048},
     ),
 }
 
 SMOKE_ENV_BUDGET = {"anakin": 0, "sebulba": 0.5}  # 0: one update's steps
-
-
-def random_actions(key, spec, num_envs: int):
-    """Uniformly random actions for ``num_envs`` environments of action spec ``spec``."""
-    if isinstance(spec, BoundedActionSpec):
-        low = jnp.broadcast_to(jnp.asarray(spec.low, jnp.float32), spec.shape)
-        high = jnp.broadcast_to(jnp.asarray(spec.high, jnp.float32), spec.shape)
-        return jax.random.uniform(key, (num_envs, *spec.shape), minval=low, maxval=high)
-    return jax.random.randint(key, (num_envs,), 0, spec.num_actions)
 
 
 def jax_env_only_sps(env, num_envs: int, rollout_len: int, num_updates: int) -> float:
@@ -281,8 +290,7 @@ def configs_for(name: str, args) -> tuple[Bench, Any, Any, int, str]:
     agent_values = dict(preset.agent) if preset else {}
     loop_values = dict(preset.loop) if preset else {}
     on_cpu = jax.default_backend() == "cpu"
-    if on_cpu:
-        loop_values.update(bench.cpu_loop)
+    loop_values.update(bench.cpu_loop if on_cpu else bench.accelerator_loop)
     if args.smoke:
         loop_values.update(bench.smoke_loop)
     if args.num_envs is not None:

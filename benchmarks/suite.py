@@ -15,6 +15,8 @@ Configurations, in this order (the headline figures first, so that a run cut sho
   128) on CartPole, 256 to 16,384 environments x 128 steps, and DQN with a GRU (sequence
   replay) on ``gymnax:MemoryChain-bsuite`` (``benchmarks/memory.py`` has the comparison with
   the feed-forward agents);
+- Anakin PPO (preset ``trading``) on ``trading:synthetic`` (30 assets), 2,048 environments x 64
+  steps;
 - Sebulba IMPALA and PPO (IMPALA ResNet) on ``envpool:Breakout-v5``, envpool threads = CPU
   cores, actor and learner on the same device, then (with several devices) on different ones
   (``sebulba_common.bench``);
@@ -68,6 +70,7 @@ from podracer import agents
 from podracer.agents import DQNConfig, PPOConfig, QLambdaConfig
 from podracer.anakin import AnakinConfig
 from podracer.loops import LearnerLayout, learner_layout
+from podracer.presets import preset_for
 from podracer.sebulba import SebulbaConfig
 
 JSONL = "suite.jsonl"
@@ -86,6 +89,7 @@ class Sizes(NamedTuple):
     catch_envs: tuple[int, ...]
     memory_envs: tuple[int, ...]  # recurrent PPO on CartPole
     memory_dqn_envs: tuple[int, ...]  # DQN with a GRU on MemoryChain (x 8 steps)
+    trading_envs: tuple[int, ...]  # PPO (trading preset) on trading:synthetic, 30 assets
     population: tuple[int, ...]
     population_loops: tuple[str, ...]
     population_rollout: int
@@ -106,6 +110,7 @@ FULL = Sizes(
     catch_envs=(128, 65536),
     memory_envs=(256, 4096, 16384),
     memory_dqn_envs=(256,),
+    trading_envs=(2048,),
     population=(64, 256),
     population_loops=("vmap", "map"),
     population_rollout=128,
@@ -125,6 +130,7 @@ SMOKE = Sizes(
     catch_envs=(8,),
     memory_envs=(),  # CI's budget: tests/test_memory*.py compile and train it
     memory_dqn_envs=(),
+    trading_envs=(),  # CI's budget: tests/test_trading*.py train it
     population=(4,),  # the tournament replaces a quarter: 4 is the smallest
     population_loops=("vmap",),  # CI's budget; "map" is the same code with another config
     population_rollout=16,
@@ -201,6 +207,20 @@ def configurations(sizes: Sizes) -> list[Bench]:
                 "memory-dqn",
                 "gymnax:MemoryChain-bsuite",
                 DQNConfig(memory="gru"),
+                config,
+                steps,
+            )
+        )
+    trading = preset_for(agents.get("ppo"), "trading:synthetic", "anakin")
+    for n in sizes.trading_envs:
+        config = AnakinConfig(num_envs=n, rollout_len=trading.loop["rollout_len"])
+        steps = updates_for(sizes, config.steps_per_update) * config.steps_per_update
+        benches.append(
+            anakin_bench(
+                f"ppo-trading-{n}",
+                "ppo-trading",
+                "trading:synthetic",
+                PPOConfig(**trading.agent),
                 config,
                 steps,
             )

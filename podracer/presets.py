@@ -37,6 +37,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "brax": ("brax:*",),
     # MinAtar's 10x10 frames in JAX (gymnax), [H, W, C] with a channel per object.
     "minatar": ("gymnax:*-MinAtar",),
+    # Stock trading (podracer.envs.trading): D assets' orders in [-1, 1]^D, a day per step.
+    "trading": ("trading:*",),
     # Continuous classic control: one or two actions, short episodes.
     "classic_continuous": tuple(
         f"{kind}:{task}"

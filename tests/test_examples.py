@@ -205,3 +205,22 @@ def test_memory_chain_example_trains_and_evaluates_greedily_with_carries(load, c
     assert summary["env"] == "gymnax:MemoryChain-bsuite"
     assert -1.0 <= summary["eval_return"] <= 1.0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
+
+
+def test_stock_trading_example_trains_and_backtests(load, tmp_path, capsys):
+    """examples/stock_trading.py on a tiny budget: PPO with its trading preset on 3 synthetic
+    assets, then the backtest over the test period: the JSON line, the file and the PNG."""
+    example = load("stock_trading")
+    args = example.Args(
+        num_assets=3, days=300, window=16, total_timesteps=4096, run_dir=str(tmp_path / "run")
+    )
+    small = ("--arch.num-envs", "8", "--arch.rollout-len", "16", "--agent.num-epochs", "1")
+    record = example.main(args, small)
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1]) == record
+    assert record["period"] == "test" and record["days"] == 60  # 300 days, split 0.8
+    assert set(record) >= {"agent", "buy_and_hold", "equal_weight", "min_variance"}
+    assert "preset 'trading'" in err and "equity curves" in err
+    assert (tmp_path / "run" / "backtest_test.png").exists()
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["env_options"]["params"]["num_assets"] == 3

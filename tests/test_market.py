@@ -2,15 +2,13 @@
 library FinRL computes them with), turbulence against a plain per-day computation, no look-ahead,
 the CSV loader's format and errors (on real index prices too) and the train/test split."""
 
-import csv
-import gzip
-import importlib.util
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from price_files import real_index_prices
 
 from podracer.config import ConfigError
 from podracer.envs import market
@@ -436,37 +434,10 @@ def test_load_csv_missing_file(tmp_path):
     one_line_error([str(binary), "not UTF-8"], load_csv, str(binary))
 
 
-def arch_data_dir():
-    spec = importlib.util.find_spec("arch")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("arch is not installed")
-    directory = Path(spec.submodule_search_locations[0]) / "data"
-    if not (directory / "nasdaq" / "nasdaq.csv.gz").exists():
-        pytest.skip("arch ships no nasdaq.csv.gz")
-    return directory
-
-
 def test_load_csv_real_index_prices(tmp_path):
     """The NASDAQ Composite's and the S&P 500's daily prices, 1999-2018 (shipped by arch), in
     FinRL's long format."""
-    directory = arch_data_dir()
-    tables = {}
-    for tic, name in (("NASDAQ", "nasdaq"), ("SP500", "sp500")):
-        with gzip.open(directory / name / f"{name}.csv.gz", "rt", newline="") as file:
-            tables[tic] = list(csv.DictReader(file))
-    iso = {}
-    for row in tables["NASDAQ"]:
-        month, day, year = row["Date"].split("/")
-        iso[row["Date"]] = f"{year}-{int(month):02d}-{int(day):02d}"
-    path = tmp_path / "indices.csv"
-    with path.open("w", newline="") as file:
-        writer = csv.writer(file)
-        writer.writerow(["date", "tic", "open", "high", "low", "close", "volume"])
-        for nasdaq, sp500 in zip(tables["NASDAQ"], tables["SP500"], strict=True):
-            for tic, row in (("NASDAQ", nasdaq), ("SP500", sp500)):
-                fields = ("Open", "High", "Low", "Close", "Volume")
-                writer.writerow([iso[row["Date"]], tic, *(row[field] for field in fields)])
-
+    path, tables = real_index_prices(tmp_path)
     data = load_csv(str(path))
     days = len(tables["NASDAQ"])
     assert days > 5000

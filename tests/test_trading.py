@@ -196,3 +196,53 @@ def test_env_params_reach_the_synthetic_environment():
     with pytest.raises(ConfigError, match=r"trading:PATH\.csv"):
         envs.make("trading:prices.parquet")
     assert dataclasses.fields(SyntheticParams)[-1].name == "seed"
+
+
+SMALL = envs.EnvOptions(params={"num_assets": 3, "days": 300, "window": 16})
+
+
+def test_evaluations_play_the_validation_period_on_both_loops():
+    """Anakin's evaluator (and a population's scores) and Sebulba's evaluation environment
+    play the whole validation period from its first day, not training windows."""
+    from podracer import agents
+    from podracer.evaluation import make_evaluator
+    from podracer.sebulba import SebulbaConfig
+    from podracer.sebulba.train import env_factory
+
+    env = envs.make_with_options("trading:synthetic", SMALL)
+    validation = env.default_params.replace(period="validation", window=0)
+    spec = agents.get("ppo")
+    agent = spec.make_agent(spec.config_cls(), env.action_spec)
+    params = agent.init(jax.random.key(0), jnp.zeros((1, *env.observation_spec.shape)))
+    key = jax.random.key(1)
+    sampled = {"num_episodes": 2, "greedy": False}  # a fresh policy's means are in the dead zone
+    default = make_evaluator(env, agent, **sampled)(params, key)
+    explicit = make_evaluator(env, agent, **sampled, env_params=validation)(params, key)
+    training = make_evaluator(env, agent, **sampled, env_params=env.default_params)
+    np.testing.assert_array_equal(default, explicit)
+    assert not np.allclose(default, training(params, key))
+    config = SebulbaConfig(envs_per_actor=2, rollout_len=4)
+    host = env_factory("trading:synthetic", config, 0, SMALL, evaluation=True)(0)
+    actor = env_factory("trading:synthetic", config, 0, SMALL)(0)
+    assert host._params == validation and actor._params == env.default_params
+    host.close()
+    actor.close()
+
+
+def test_sebulba_trains_on_trading():
+    """The JAX environment stepped on Sebulba's host: PPO trains, rewards flow, and the
+    greedy evaluation returns one value per environment."""
+    import podracer
+    from podracer.sebulba import SebulbaConfig
+
+    config = SebulbaConfig(envs_per_actor=4, rollout_len=8)
+    result = podracer.train(
+        "trading:synthetic",
+        podracer.PPOConfig(num_minibatches=2),
+        config,
+        seed=0,
+        total_timesteps=4 * 8 * 3,
+        env_options=SMALL,
+    )
+    assert result.summary["total_steps"] == 96
+    assert np.isfinite(result.summary["params_checksum"])

@@ -271,6 +271,21 @@ SPEC = AgentSpec(
             },
             "sebulba": {"envs_per_actor": 8, "rollout_len": 256},
         },
+        # Stock trading (podracer.envs.trading): 2048 steps per update, observations (prices,
+        # positions, indicators) and rewards (changes of value) normalised. Tuned here on
+        # trading:synthetic with a planted signal: test-period Sharpe 4.0 against equal
+        # weight's 1.7 after 1.5e5 steps (tests/test_trading_learning.py).
+        "trading": {
+            "agent": {
+                "num_epochs": 10,
+                "num_minibatches": 32,
+                "ent_coef": 0.0,
+                "normalize_observations": True,
+                "normalize_rewards": True,
+            },
+            "anakin": {"num_envs": 32, "rollout_len": 64},
+            "sebulba": {"envs_per_actor": 32, "rollout_len": 64},
+        },
         # Brax's PPO for locomotion, sized down: 4096 steps per update.
         "brax": {
             "agent": {

@@ -286,5 +286,14 @@ SPEC = AgentSpec(
     presets={
         # Measured on gymnax:Pendulum-v1: -155 after 3e4 steps (seed 0).
         "classic_continuous": {"agent": {"hidden_sizes": (64, 64)}},
+        # Stock trading (podracer.envs.trading): 512 steps per update and 32 gradient steps of
+        # 256 on 128-128 networks, so that 1e6 steps train in minutes on a CPU. Measured on
+        # trading:synthetic with a planted signal: test-period Sharpe 4.6 against equal
+        # weight's 1.7 after 1.5e5 steps, 3.1K steps/s on 2 CPU cores (docs/trading.md).
+        "trading": {
+            "agent": {"hidden_sizes": (128, 128), "replay_ratio": 0.0625, "batch_size": 256},
+            "anakin": {"num_envs": 64, "rollout_len": 8},
+            "sebulba": {"envs_per_actor": 64, "rollout_len": 8},
+        },
     },
 )

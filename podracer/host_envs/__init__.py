@@ -40,6 +40,7 @@ def make(
     num_envs: int,
     batch_size: int | None = None,
     env_options: EnvOptions | Mapping[str, Any] | None = None,
+    evaluation: bool = False,
     **options: Any,
 ) -> HostEnvironment:
     """THE factory of host environments: ``num_envs`` host environments of ``env_id`` (a
@@ -54,7 +55,8 @@ def make(
     JAX environment). ``options`` go to the environment kind's own ``make`` as they are:
     ``seed`` for every kind, ``num_threads`` and the task's settings for envpool
     (:func:`podracer.host_envs.envpool.make`), gymnasium's keyword arguments for gymnasium
-    (:func:`podracer.host_envs.gymnasium.make`)."""
+    (:func:`podracer.host_envs.gymnasium.make`). ``evaluation``: a JAX environment steps with
+    its evaluation params (:func:`podracer.evaluation.evaluation_params`)."""
     from podracer.envs.options import as_options, param_defaults, typed_params
 
     env_options = as_options(env_options)
@@ -89,7 +91,8 @@ def make(
             "to envpool and gymnasium ids; a JAX environment's parameters are "
             "env_options.params (--env-param)"
         )
-    return JaxHostEnvironment(make_with_options(env_id, env_options), num_envs, seed=seed)
+    env = make_with_options(env_id, env_options)
+    return JaxHostEnvironment(env, num_envs, seed=seed, evaluation=evaluation)
 
 
 def _observed(env: HostEnvironment, env_options: EnvOptions) -> HostEnvironment:

@@ -23,7 +23,7 @@ from podracer.types import DiscreteActionSpec, TimeStep
 class JaxHostEnvironment:
     """``num_envs`` copies of a JAX environment, stepped in one jitted call from the host."""
 
-    def __init__(self, env, num_envs: int, seed: int = 0):
+    def __init__(self, env, num_envs: int, seed: int = 0, evaluation: bool = False):
         if num_envs < 1:
             raise ValueError(f"JaxHostEnvironment: num_envs={num_envs} must be >= 1")
         self._env = EpisodeStatistics(env)
@@ -33,7 +33,12 @@ class JaxHostEnvironment:
         self.is_async = False
         self.observation_spec = env.observation_spec
         self.action_spec = env.action_spec
-        self._params = env.default_params
+        if evaluation:  # the params evaluations play with (a trading env's held-out days)
+            from podracer.evaluation import evaluation_params
+
+            self._params = evaluation_params(env)
+        else:
+            self._params = env.default_params
         self._device = jax.devices("cpu")[0]
         self._key = jax.device_put(jax.random.key(seed), self._device)
         self._state = None

@@ -28,6 +28,7 @@ def env_factory(
     config: SebulbaConfig,
     seed: int,
     env_options: EnvOptions | dict[str, Any] | None = None,
+    evaluation: bool = False,
 ) -> Callable[[int], HostEnvironment]:
     """``make_env(actor_index)``: the host environments of one actor, built by THE factory of
     host environments (:func:`podracer.host_envs.make`) with the run's ``env_options``
@@ -35,7 +36,8 @@ def env_factory(
     environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields),
     ``config.envs_per_actor`` of them, in async mode when ``config.async_batch_size`` is set;
     each actor gets its own seed (:data:`podracer.seeding.ENV_SEED_STRIDE`). The probe, the
-    actors and the evaluator all build theirs here."""
+    actors and the evaluator (``evaluation``: a JAX environment with its evaluation params) all
+    build theirs here."""
     env_options = as_options(env_options)
 
     def make_env(actor: int) -> HostEnvironment:
@@ -46,6 +48,7 @@ def env_factory(
             seed=seeding.env_seed(seed, actor),
             num_threads=config.env_threads,
             env_options=env_options,
+            evaluation=evaluation,
         )
 
     return make_env
@@ -117,7 +120,11 @@ class SebulbaSystem(NamedTuple):
             learner_device_ids=self.config.learner_device_ids[:1],
         )
         make_env = env_factory(
-            self.recipe.env_id, config, seed + seeding.EVAL_SEED_OFFSET, self.recipe.env_options
+            self.recipe.env_id,
+            config,
+            seed + seeding.EVAL_SEED_OFFSET,
+            self.recipe.env_options,
+            evaluation=True,
         )
         agent = self.recipe.agent
 
