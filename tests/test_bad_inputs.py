@@ -80,6 +80,24 @@ STATIC = [
         ["train", "--agent", "sac", "--env", "gymnax:Pendulum-v1", "--agent.replay-ratio", "0", *T],
         "SACConfig.replay_ratio=0.0 is not allowed",
     ),
+    # trading environments and the backtest
+    (["train", "--env", "trading:absent.csv", *T], "absent.csv: no such file"),
+    (["train", "--env", "trading:prices.txt", *T], "the trading ids are trading:synthetic and"),
+    (["train", "--env", "trading:bad.csv", *T], "bad.csv line 3, column close: 'abc'"),
+    (
+        ["train", "--env", "trading:synthetic", "--env-param", "hmax=0", *T],
+        "trading:synthetic: hmax=0 is not allowed: it must be >= 1",
+    ),
+    (
+        ["train", "--env", "trading:synthetic", "--env-param", "split=tomorrow", *T],
+        "split='tomorrow' is not allowed",
+    ),
+    (
+        ["train", "--env", "trading:synthetic", "--env-param", "period=future", *T],
+        "period='future' is not allowed: choose one of train, validation, test",
+    ),
+    (["backtest", "nowhere"], "'nowhere' is not a run directory"),
+    (["backtest", "notjson", "--period", "later"], "argument --period: invalid choice: 'later'"),
     # loop fields and devices
     (["train", "--arch.num-envs", "-4", *T], "AnakinConfig.num_envs=-4 is not allowed"),
     (["train", "--arch.num-envs=4.5", *T], "AnakinConfig.num_envs takes an integer"),
@@ -215,6 +233,7 @@ def user_files(root):
     (root / "fields.yaml").write_text("agent_config: {lrr: 3}\n")
     (root / "keys.yaml").write_text("colour: red\n")
     (root / "envopts.yaml").write_text("env_options: {param: {memory_length: 3}}\n")
+    (root / "bad.csv").write_text("date,tic,close\n2020-01-02,A,10\n2020-01-03,A,abc\n")
     (root / "notjson").mkdir()
     (root / "notjson" / "config.json").write_text("{agent: ppo")
     (root / "notobject").mkdir()

@@ -317,6 +317,7 @@ def _csv(path: str, modified: float):
 def build(env_id: str, params: TradingParams) -> Trading:
     """The environment of ``env_id`` with ``params``; data are loaded (or generated) once per
     process and reused."""
+    _check(env_id, params)
     if isinstance(params, SyntheticParams):
         data = _synthetic(*(getattr(params, name) for name in SYNTHETIC_FIELDS))
     else:
