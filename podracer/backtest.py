@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from podracer.config import ArgumentParser, ConfigError
+from podracer.rundir import LEADERBOARD_FILE
 
 PERIODS = ("test", "validation", "train")
 BASELINES = ("buy_and_hold", "equal_weight", "min_variance")
@@ -76,7 +77,7 @@ def baselines(close: np.ndarray, initial_cash: float, cost_rate: float) -> dict[
 
 def best_member(run_dir: str) -> int | None:
     """The best member of a population's last leaderboard (``leaderboard.jsonl``), or None."""
-    path = os.path.join(run_dir, "leaderboard.jsonl")
+    path = os.path.join(run_dir, LEADERBOARD_FILE)
     if not os.path.isfile(path):
         return None
     last = None

@@ -5,6 +5,7 @@ writes them)::
     metrics.jsonl      "train" and "eval" records (podracer.logging)
     leaderboard.jsonl  a population's "leaderboard" records (podracer.population)
     results.json       a sweep's members and table (podracer.sweep)
+    backtest_<period>.json, .png   a trading run's backtest (podracer.backtest)
     tb/                TensorBoard events
     checkpoints/       orbax checkpoints, one step directory per saved update count
 """

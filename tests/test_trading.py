@@ -229,20 +229,36 @@ def test_evaluations_play_the_validation_period_on_both_loops():
     actor.close()
 
 
-def test_sebulba_trains_on_trading():
-    """The JAX environment stepped on Sebulba's host: PPO trains, rewards flow, and the
-    greedy evaluation returns one value per environment."""
-    import podracer
-    from podracer.sebulba import SebulbaConfig
+def test_sebulba_trains_on_trading_and_its_run_backtests(tmp_path, capsys):
+    """The JAX environment stepped on Sebulba's host: PPO trains from the command line, and
+    ``podracer backtest`` plays its learner's params over the test period."""
+    import json
 
-    config = SebulbaConfig(envs_per_actor=4, rollout_len=8)
-    result = podracer.train(
-        "trading:synthetic",
-        podracer.PPOConfig(num_minibatches=2),
-        config,
-        seed=0,
-        total_timesteps=4 * 8 * 3,
-        env_options=SMALL,
-    )
-    assert result.summary["total_steps"] == 96
-    assert np.isfinite(result.summary["params_checksum"])
+    from podracer import cli
+
+    run_dir = str(tmp_path / "run")
+    params = [f"--env-param={k}={v}" for k, v in SMALL.params]
+    argv = ["train", "--arch", "sebulba", "--agent", "ppo", "--env", "trading:synthetic"]
+    sizes = ["--arch.envs-per-actor", "4", "--arch.rollout-len", "8", "--total-timesteps", "96"]
+    assert cli.main([*argv, *params, *sizes, "--run-dir", run_dir, "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["total_steps"] == 96 and np.isfinite(summary["params_checksum"])
+    assert cli.main(["backtest", run_dir, "--no-plot"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["days"] == 60 and record["member"] == 0 and record["step"] == 96
+
+
+def test_backtest_takes_a_populations_best_member(tmp_path):
+    """The best member of the last leaderboard record (members are listed best first)."""
+    import json
+
+    from podracer import backtest
+
+    assert backtest.best_member(str(tmp_path)) is None
+    records = [
+        {"kind": "leaderboard", "members": [{"member": 2, "score": 5.0}]},
+        {"kind": "leaderboard", "members": [{"member": 6, "score": 9.0}, {"member": 1}]},
+    ]
+    path = tmp_path / "leaderboard.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert backtest.best_member(str(tmp_path)) == 6
