@@ -37,11 +37,12 @@ BASELINES = ("buy_and_hold", "equal_weight", "min_variance")
 
 def agent_values(env, env_params, agent, actor_params, key=None) -> np.ndarray:
     """The portfolio's value ``[steps + 1]`` (day 0 included) of ``agent``'s greedy policy
-    over one whole episode of ``env`` with ``env_params`` (``window=0``: a whole period)."""
+    over one whole episode of ``env`` (a trading environment whose ``default_params`` are
+    ``env_params``; ``window=0``: a whole period), from the rewards."""
     from podracer.core.acting import batched_env_step, greedy_agent, reset_and_act, step_and_record
     from podracer.core.rollout import reset_envs
 
-    steps = env.hi - env.lo - 1 if env_params.window == 0 else env_params.window
+    steps = env.steps  # the episode's: the whole period with window=0
     act = reset_and_act(greedy_agent(agent))
     env_step = batched_env_step(env, env_params, 1)
     key = jax.random.key(0) if key is None else key

@@ -132,14 +132,7 @@ class Trading:
         self.id = env_id
         self.data = data
         self._params = params
-        self.lo, self.hi = period_days(data.dates, params)
-        length = self.hi - self.lo - 1  # steps in the whole period
-        if params.window < 0 or params.window > length:
-            raise ConfigError(
-                f"{env_id}: window={params.window} is not allowed: the {params.period} period "
-                f"has {length + 1} days, so a window is 0 (the whole period) to {length} steps"
-            )
-        self.steps = params.window or length
+        self.lo, self.hi, self.steps = episode_days(data.dates, params, env_id)
         self._close = jnp.asarray(data.close, jnp.float32)  # [T, D]
         self._close_ref = jnp.asarray(data.close[0], jnp.float32)
         self._features = jnp.asarray(data.features.reshape(data.features.shape[0], -1))
@@ -180,8 +173,7 @@ class Trading:
     def _bounds(self, params: TradingParams) -> tuple[int, int, int]:
         if params is self._params:
             return self.lo, self.hi, self.steps
-        lo, hi = period_days(self.data.dates, params)
-        return lo, hi, params.window or hi - lo - 1
+        return episode_days(self.data.dates, params, self.id)
 
     def _start(self, key, params: TradingParams) -> TradingState:
         lo, hi, steps = self._bounds(params)
@@ -282,6 +274,19 @@ def period_days(dates, params: TradingParams) -> tuple[int, int]:
     return lo, len(dates) if hi is None else hi
 
 
+def episode_days(dates, params: TradingParams, env_id: str) -> tuple[int, int, int]:
+    """``(lo, hi, steps)``: the period's days ``[lo, hi)`` (:func:`period_days`) and the steps
+    of an episode in it (``window``, or the whole period's ``hi - lo - 1``)."""
+    lo, hi = period_days(dates, params)
+    length = hi - lo - 1
+    if params.window < 0 or params.window > length:
+        raise ConfigError(
+            f"{env_id}: window={params.window} is not allowed: the {params.period} period has "
+            f"{length + 1} days, so a window is 0 (the whole period) to {length} steps"
+        )
+    return lo, hi, params.window or length
+
+
 def _check(env_id: str, params: TradingParams) -> None:
     for name in ("hmax",):
         if getattr(params, name) < 1:
@@ -352,6 +357,7 @@ __all__ = [
     "Trading",
     "TradingParams",
     "TradingState",
+    "episode_days",
     "make",
     "period_days",
     "trade",
