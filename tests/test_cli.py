@@ -211,7 +211,12 @@ def test_env_param_run_and_resume_keep_memory_length(tmp_path):
     assert train_episodes(run) == [32] * 36
 
 
-def test_resume_eval_and_plot_from_the_command_line(tmp_path):
+def test_resume_eval_and_plot_from_the_command_line(tmp_path, capsys):
+    """Train and resume as subprocesses (as a user runs them); the refusal, ``eval`` and
+    ``plot`` through ``podracer.cli.main`` in this process (the same code, without three more
+    interpreter start-ups)."""
+    from podracer import cli
+
     run = str(tmp_path / "run")
     common = ["--arch.num-envs", "4", "--arch.rollout-len", "32", "--agent.num-minibatches", "2"]
     first = podracer(
@@ -245,18 +250,17 @@ def test_resume_eval_and_plot_from_the_command_line(tmp_path):
     assert summary["params_checksum"] == expected["params_checksum"]
     with open(os.path.join(run, "config.json")) as f:
         assert json.load(f)["total_timesteps"] == 1024
-    refused = podracer("train", "--resume", run, "--agent.lr", "1e-3", timeout=60)
-    assert refused.returncode == 2 and "a resumed run keeps its config.json" in refused.stderr
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", run, "--agent.lr", "1e-3"]) == 2
+    assert "a resumed run keeps its config.json" in capsys.readouterr().err
 
-    evaluated = podracer("eval", run, "--episodes", "3", timeout=120)
-    assert evaluated.returncode == 0, evaluated.stderr
-    result = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert cli.main(["eval", run, "--episodes", "3"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["episodes"] == 3 and result["updates"] == 8
     assert result["min"] <= result["mean"] <= result["max"]
 
     out = tmp_path / "curves.png"
-    plotted = podracer("plot", run, str(tmp_path / "straight"), "--out", str(out), timeout=120)
-    assert plotted.returncode == 0, plotted.stderr
+    assert cli.main(["plot", run, str(tmp_path / "straight"), "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
 
 
