@@ -165,7 +165,9 @@ def test_a_population_with_memory_keeps_each_members_carries(tmp_path):
 @pytest.mark.slow
 def test_recurrent_ppo_learns_memory_chain_and_feed_forward_does_not(tmp_path):
     """MemoryChain with a memory of 5 steps: the context is shown at the first step and asked
-    for at the last; a policy without memory can do no better than chance (mean return 0)."""
+    for at the last; a policy without memory can do no better than chance (mean return 0).
+    With a GRU, seed 0's return was 0.99 at 18K steps and 1.0 from 38K (4 envs x 128 steps);
+    the test trains 40K."""
     returns = {}
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     for memory in ("gru", "none"):
@@ -184,7 +186,7 @@ def test_recurrent_ppo_learns_memory_chain_and_feed_forward_does_not(tmp_path):
                 "--env-param",
                 "memory_length=5",
                 "--total-timesteps",
-                "150000",
+                "40000",
                 "--quiet",
                 "--no-tensorboard",
                 "--run-dir",
