@@ -207,20 +207,35 @@ def test_memory_chain_example_trains_and_evaluates_greedily_with_carries(load, c
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
 
 
-def test_stock_trading_example_trains_and_backtests(load, tmp_path, capsys):
-    """examples/stock_trading.py on a tiny budget: PPO with its trading preset on 3 synthetic
-    assets, then the backtest over the test period: the JSON line, the file and the PNG."""
+def test_stock_trading_example_trains_and_backtests_a_real_price_file(load, tmp_path, capsys):
+    """examples/stock_trading.py on a tiny budget with a real daily price file (the NASDAQ
+    Composite and the S&P 500, 1999-2018, in FinRL's long format): PPO with its trading preset,
+    then the backtest over the days from 2016: the JSON line, the file, the PNG, and
+    buy-and-hold equal to the direct computation from the file's prices."""
+    from price_files import real_index_prices
+
+    path, tables = real_index_prices(tmp_path)
     example = load("stock_trading")
     args = example.Args(
-        num_assets=3, days=300, window=16, total_timesteps=4096, run_dir=str(tmp_path / "run")
+        csv=str(path),
+        split="2016-01-04",
+        window=32,
+        initial_cash=100_000,
+        total_timesteps=4096,
+        run_dir=str(tmp_path / "run"),
     )
     small = ("--arch.num-envs", "8", "--arch.rollout-len", "16", "--agent.num-epochs", "1")
     record = example.main(args, small)
     out, err = capsys.readouterr()
     assert json.loads(out.strip().splitlines()[-1]) == record
-    assert record["period"] == "test" and record["days"] == 60  # 300 days, split 0.8
     assert set(record) >= {"agent", "buy_and_hold", "equal_weight", "min_variance"}
     assert "preset 'trading'" in err and "equity curves" in err
-    assert (tmp_path / "run" / "backtest_test.png").exists()
-    config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["env_options"]["params"]["num_assets"] == 3
+    assert (tmp_path / "run" / "backtest_test.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "run" / "backtest_test.json").read_text()) == record
+    assert record["first_day"] == "2016-01-04" and record["last_day"] == "2018-12-31"
+    close = np.array([[float(row["Close"]) for row in tables[tic]] for tic in ("NASDAQ", "SP500")])
+    first = [row["Date"] for row in tables["NASDAQ"]].index("1/4/2016")
+    assert record["days"] == close.shape[1] - first
+    shares = 100_000 / 2 / (close[:, first] * 1.001)  # equal cash, the 0.1% cost paid
+    assert record["buy_and_hold"]["final_value"] == pytest.approx(shares @ close[:, -1], rel=1e-9)
+    assert record["agent"]["final_value"] > 0

@@ -3,9 +3,7 @@
 
 import json
 
-import numpy as np
 import pytest
-from price_files import real_index_prices
 
 from podracer import cli
 from podracer.envs import trading
@@ -62,20 +60,3 @@ def test_ppo_beats_equal_weight_on_a_planted_signal(tmp_path, capsys):
     assert agent > equal + SHARPE_MARGIN, (agent, equal)
     env = trading.make("trading:synthetic", **{**PLANTED, "period": "test", "window": 0})
     assert record["buy_and_hold"]["final_value"] == pytest.approx(direct_buy_and_hold(env))
-
-
-def test_a_real_price_file_trains_and_backtests(tmp_path, capsys):
-    """Daily NASDAQ Composite and S&P 500 prices (1999-2018) in FinRL's long format: trained
-    briefly, backtested on the days from 2016; buy-and-hold equals the file's prices."""
-    path, tables = real_index_prices(tmp_path)
-    params = {"split": "2016-01-04", "window": 32, "initial_cash": 100_000, "hmax": 10}
-    flags = ("--total-timesteps", "4096", "--arch.num-envs", "8", "--arch.rollout-len", "32")
-    record = train_and_backtest(capsys, tmp_path / "run", f"trading:{path}", params, *flags)
-    assert record["first_day"] == "2016-01-04" and record["last_day"] == "2018-12-31"
-    close = np.array([[float(row["Close"]) for row in tables[tic]] for tic in ("NASDAQ", "SP500")])
-    dates = [row["Date"] for row in tables["NASDAQ"]]
-    first = dates.index("1/4/2016")
-    shares = 100_000 / 2 / (close[:, first] * 1.001)
-    assert record["days"] == close.shape[1] - first
-    assert record["buy_and_hold"]["final_value"] == pytest.approx(shares @ close[:, -1], rel=1e-9)
-    assert record["agent"]["final_value"] > 0
