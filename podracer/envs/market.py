@@ -124,30 +124,8 @@ class MarketData(NamedTuple):
 # --- synthetic prices -----------------------------------------------------------------------------
 
 
-def synthetic(
-    num_assets: int = 30,
-    days: int = 2520,
-    drift: float = 0.05,
-    volatility: float = 0.2,
-    correlation: float = 0.3,
-    signal_drift: float = 0.0,
-    seed: int = 0,
-) -> MarketData:
-    """Correlated geometric Brownian motion (see the module docstring).
-
-    Args:
-        num_assets: ``D``, the number of assets, >= 1.
-        days: ``T``, the number of trading days, >= 2.
-        drift: annual drift of every asset.
-        volatility: annual volatility, >= 0.
-        correlation: the correlation of every two assets' daily log returns, in
-            ``(-1 / (D - 1), 1)`` (where the correlation matrix is positive definite).
-        signal_drift: added to asset 0's drift: a signal for an agent to learn.
-        seed: seed of ``np.random.default_rng``; the same arguments give the same prices.
-
-    Returns:
-        The prices, named ``A0`` ... ``A{D-1}``, with their features and turbulence.
-    """
+def _check_synthetic(num_assets, days, drift, volatility, correlation, signal_drift, seed):
+    """:func:`synthetic`'s arguments, each with a one-line error naming it."""
 
     def require(ok: bool, name: str, value, allowed: str) -> None:
         if not ok:
@@ -181,6 +159,33 @@ def synthetic(
         )
     require(is_int(seed) and seed >= 0, "seed", seed, "an integer >= 0")
 
+
+def synthetic(
+    num_assets: int = 30,
+    days: int = 2520,
+    drift: float = 0.05,
+    volatility: float = 0.2,
+    correlation: float = 0.3,
+    signal_drift: float = 0.0,
+    seed: int = 0,
+) -> MarketData:
+    """Correlated geometric Brownian motion (see the module docstring).
+
+    Args:
+        num_assets: ``D``, the number of assets, >= 1.
+        days: ``T``, the number of trading days, >= 2.
+        drift: annual drift of every asset.
+        volatility: annual volatility, >= 0.
+        correlation: the correlation of every two assets' daily log returns, in
+            ``(-1 / (D - 1), 1)`` (where the correlation matrix is positive definite).
+        signal_drift: added to asset 0's drift: a signal for an agent to learn.
+        seed: seed of ``np.random.default_rng``; the same arguments give the same prices.
+
+    Returns:
+        The prices, named ``A0`` ... ``A{D-1}``, with their features and turbulence.
+    """
+
+    _check_synthetic(num_assets, days, drift, volatility, correlation, signal_drift, seed)
     rng = np.random.default_rng(seed)
     start = 100.0 * np.exp(rng.uniform(-1.0, 1.0, num_assets))
     z = rng.standard_normal((days - 1, num_assets))
