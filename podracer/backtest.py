@@ -124,9 +124,8 @@ def backtest_run(
     """Backtests a trading run's checkpoint (see the module docstring); returns the JSON
     record (also written to ``backtest_<period>.json`` in ``run_dir``)."""
     from podracer import portfolio
-    from podracer.checkpoint import Checkpointer, CheckpointError
     from podracer.envs import make_with_options
-    from podracer.runs import build_system, load_spec
+    from podracer.runs import load_spec, restore_run
 
     if period not in PERIODS:
         raise ConfigError(f"--period {period!r} is not allowed: choose one of {', '.join(PERIODS)}")
@@ -142,18 +141,7 @@ def backtest_run(
     env_params = env.default_params
     if member is None:
         member = (best_member(run_dir) if spec.population is not None else None) or 0
-    with Checkpointer(run_dir, keep=spec.options.keep_checkpoints) as checkpointer:
-        if best:
-            if step is not None:
-                raise ConfigError("--best and --step are not allowed together: give one")
-            step = checkpointer.best_step()
-            if step is None:
-                raise CheckpointError(
-                    f"no checkpoint in {checkpointer.directory} was saved with an evaluation "
-                    "return: train with --eval-interval N to keep the best one"
-                )
-        system = build_system(spec)
-        state, meta = checkpointer.restore(system.init(spec.seed), step)
+    system, state, meta = restore_run(spec, run_dir, step=step, best=best)
     agent, actor_params = policy_of(system, state, member)
     values = {"agent": agent_values(env, env_params, agent, actor_params)}
     close = np.asarray(env.data.close[env.lo : env.hi], np.float64)

@@ -539,6 +539,25 @@ def train(
     return summary
 
 
+def restore_run(spec: RunSpec, run_dir: str, *, step: int | None = None, best: bool = False):
+    """``(system, state, meta)``: the system of ``spec`` and the state of one of its checkpoints
+    in ``run_dir`` (default: the latest; ``step``; ``best``: the one of the largest evaluation
+    return during training), what ``podracer eval`` and ``podracer backtest`` start from."""
+    with Checkpointer(run_dir, keep=spec.options.keep_checkpoints) as checkpointer:
+        if best:
+            if step is not None:
+                raise ConfigError("--best and --step are not allowed together: give one")
+            step = checkpointer.best_step()
+            if step is None:
+                raise CheckpointError(
+                    f"no checkpoint in {checkpointer.directory} was saved with an evaluation "
+                    "return: train with --eval-interval N to keep the best one"
+                )
+        system = build_system(spec)
+        state, meta = checkpointer.restore(system.init(spec.seed), step)
+    return system, state, meta
+
+
 def evaluate_run(
     run_dir: str,
     *,
@@ -556,20 +575,9 @@ def evaluate_run(
     spec = dataclasses.replace(
         spec, options=dataclasses.replace(spec.options, eval_episodes=episodes, eval_greedy=greedy)
     )
-    with Checkpointer(run_dir, keep=spec.options.keep_checkpoints) as checkpointer:
-        if best:
-            if step is not None:
-                raise ConfigError("--best and --step are not allowed together: give one")
-            step = checkpointer.best_step()
-            if step is None:
-                raise CheckpointError(
-                    f"no checkpoint in {checkpointer.directory} was saved with an evaluation "
-                    "return: train with --eval-interval N to keep the best one"
-                )
-        system = build_system(spec)
-        state, meta = checkpointer.restore(system.init(spec.seed), step)
-        evaluate = system.evaluator(seed=spec.seed, episodes=episodes, greedy=greedy)
-        returns = evaluate(state, int(meta["updates"]))
+    system, state, meta = restore_run(spec, run_dir, step=step, best=best)
+    evaluate = system.evaluator(seed=spec.seed, episodes=episodes, greedy=greedy)
+    returns = evaluate(state, int(meta["updates"]))
     return {
         **summarize_returns(returns),
         "per_seed_mean": [float(r) for r in returns.mean(axis=1)],
