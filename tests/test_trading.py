@@ -2,8 +2,6 @@
 re-implementation, its periods (nothing read past the split, nothing from after day t in day
 t's observation), its parameters and their errors, and both loops on it."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +10,7 @@ import pytest
 from podracer import envs
 from podracer.config import ConfigError
 from podracer.envs import market, trading
-from podracer.envs.trading import SyntheticParams, Trading, TradingParams
+from podracer.envs.trading import Trading, TradingParams
 
 
 def random_prices(days=300, assets=4, seed=0):
@@ -195,7 +193,6 @@ def test_env_params_reach_the_synthetic_environment():
         envs.make_with_options("trading:synthetic", envs.EnvOptions(params={"hmx": 1}))
     with pytest.raises(ConfigError, match=r"trading:PATH\.csv"):
         envs.make("trading:prices.parquet")
-    assert dataclasses.fields(SyntheticParams)[-1].name == "seed"
 
 
 SMALL = envs.EnvOptions(params={"num_assets": 3, "days": 300, "window": 16})
