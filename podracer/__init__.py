@@ -65,7 +65,22 @@ def train(env_id: str, agent_config: Any, loop_config: Any, **kwargs: Any) -> Ru
     ``env_options``: the environment's options on either loop, an :class:`EnvOptions`
     (``EnvOptions(params={"memory_length": 10}, observe=(0, 2))``: EnvParams fields of a JAX
     environment or ``make`` keywords of a host one, and the observation entries kept) or a
-    mapping of its ``params`` (``env_options={"episodic_life": True}``)."""
+    mapping of its ``params`` (``env_options={"episodic_life": True}``).
+
+    Args:
+      env_id: the environment (``"gymnax:CartPole-v1"``, ``"envpool:Breakout-v5"``, ...;
+        :func:`podracer.envs.make`, :func:`podracer.host_envs.make`).
+      agent_config: the config of a registered agent (:class:`PPOConfig`, ...); it chooses the
+        agent (:func:`podracer.agents.spec_of`).
+      loop_config: an :class:`AnakinConfig` or a :class:`SebulbaConfig`; it chooses the loop.
+      **kwargs: :func:`podracer.loops.train`'s keywords: ``total_timesteps`` (required; steps
+        per member), ``seed``, ``devices``, ``progress``, ``env_options``, ...
+
+    Returns:
+      The :class:`RunResult`: ``summary`` (the command line's final JSON line), the final
+      ``state``, ``history`` (the per-update metrics) and ``events``; ``result.params`` are
+      the final params as NumPy.
+    """
     return loops.train(loops.for_config(loop_config), env_id, agent_config, loop_config, **kwargs)
 
 

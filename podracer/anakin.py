@@ -295,6 +295,21 @@ def make_anakin(
 
     The mesh is ``(MEMBER_AXIS, DATA_AXIS)`` (:func:`~podracer.parallel.member_mesh`) with
     ``config.member_shards`` groups of devices; each group splits its members' environments.
+
+    Args:
+      recipe: the run's :class:`~podracer.loops.Recipe` (environment, agent, optimizer,
+        learner layout).
+      config: the loop's sizes (:class:`AnakinConfig`).
+      updates_per_call: updates done by one call of the compiled ``step``.
+      devices: the mesh's devices (default: every device of every process).
+      env_params: the params the rollout steps with (default: the environment's
+        ``default_params``).
+      members: the members' hyper-parameters and how to build a member's agent
+        (:class:`~podracer.loops.Members`); None: ``num_seeds`` runs of the recipe's agent.
+      periodic: work at the end of every step that ends at a multiple of its ``interval``.
+
+    Returns:
+      The :class:`Anakin` system: ``init(seed)``, the jitted ``step`` and :meth:`Anakin.run`.
     """
     mesh = checked_mesh(config, devices, members)
     num_devices = mesh.shape[DATA_AXIS]
@@ -460,10 +475,22 @@ def run(
     """The host loop: call the compiled step until ``total_timesteps`` steps per seed.
 
     The number of updates is ``total_timesteps // (num_envs * rollout_len)`` (at least one).
-    ``progress`` receives a ``"train"`` record (:mod:`podracer.logging`) after every call. Host
-    work on the metrics of one call overlaps the next call on the devices. A resumed run passes
-    its restored ``state`` and the updates it had done as ``start_update``. Ctrl-C gives the
-    last state to ``hooks.interrupted`` (a checkpoint) before the ``KeyboardInterrupt`` goes on.
+    Host work on the metrics of one call overlaps the next call on the devices. Ctrl-C gives
+    the last state to ``hooks.interrupted`` (a checkpoint) before the ``KeyboardInterrupt``
+    goes on.
+
+    Args:
+      system: the built :class:`Anakin` system.
+      seed: the run seed (``system.init(seed)`` when no ``state`` is given).
+      total_timesteps: environment steps per seed.
+      progress: receives a ``"train"`` record (:mod:`podracer.logging`) after every call.
+      state: a restored state to resume from; None starts afresh.
+      start_update: the updates ``state`` holds (a resumed run's).
+      hooks: host work between calls (:class:`~podracer.loops.RunHooks`).
+
+    Returns:
+      The :class:`~podracer.loops.RunResult`: the summary, the final
+      :class:`AnakinState`, the per-update metrics and the periodic work's events.
     """
     config = system.config
     num_updates = max(1, total_timesteps // config.steps_per_update)
@@ -657,8 +684,20 @@ def build(
     env_options: EnvOptions | dict[str, Any] | None = None,
 ) -> Anakin:
     """The Anakin system for an environment id (with ``env_options``) and a registered agent's
-    config (:mod:`podracer.agents`); ``total_timesteps`` sets the length of learning-rate
-    schedules."""
+    config (:mod:`podracer.agents`).
+
+    Args:
+      env_id: a JAX environment's id (:func:`podracer.envs.make`).
+      agent_config: the config of a registered agent.
+      config: the loop's sizes.
+      total_timesteps: environment steps per seed; sets the length of learning-rate schedules.
+      devices: the mesh's devices (default: every device of every process).
+      env_options: the environment's :class:`~podracer.envs.EnvOptions` (or a mapping of its
+        ``params``).
+
+    Returns:
+      The :class:`Anakin` system (:func:`make_anakin`).
+    """
     from podracer import agents
 
     return loops.build(

@@ -512,8 +512,21 @@ def build_system(
 
 
 def build(env_id: str, agent_config: Any, config, population: PopulationConfig, **kwargs: Any):
-    """:func:`build_system` of a registered agent's config on the Anakin loop; ``kwargs``:
-    ``total_timesteps``, ``seed``, ``devices``, ``hparams``, ``env_options``."""
+    """:func:`build_system` of a registered agent's config on the Anakin loop.
+
+    Args:
+      env_id: a JAX environment's id.
+      agent_config: the config of a registered agent; the members' hyper-parameters replace
+        its fields.
+      config: the loop's config (:class:`~podracer.anakin.AnakinConfig`); it is given
+        ``population.size`` members.
+      population: the :class:`PopulationConfig` (size, interval, tournament, hyper-parameters).
+      **kwargs: :func:`build_system`'s ``total_timesteps`` (required), ``seed``, ``devices``,
+        ``hparams``, ``env_options``.
+
+    Returns:
+      The Anakin system of the population (:class:`~podracer.anakin.Anakin`).
+    """
     from podracer import agents, loops
 
     spec = agents.spec_of(agent_config)
@@ -536,9 +549,28 @@ def train(
     env_options: Any = None,
     **run_options: Any,
 ):
-    """Builds the population on the Anakin loop (:func:`build`) and runs it; the result's
-    ``events`` are the leaderboard records, and its summary adds the last leaderboard's scores
-    (``final_scores``, ``final_best_score``, ``final_median_score``)."""
+    """Builds the population on the Anakin loop (:func:`build`) and runs it.
+
+    Args:
+      env_id: a JAX environment's id.
+      agent_config: the config of a registered agent; the members' hyper-parameters replace
+        its fields.
+      config: the loop's config (:class:`~podracer.anakin.AnakinConfig`).
+      population: the :class:`PopulationConfig`.
+      seed: the run seed; member ``i`` starts from seed ``seed + i``.
+      total_timesteps: environment steps per member.
+      devices: the mesh's devices (default: every device).
+      progress: receives every ``"train"`` record.
+      hparams: the members' initial hyper-parameters, ``{name: [P values]}``, in place of
+        ``population.init``.
+      env_options: the environment's :class:`~podracer.envs.EnvOptions`.
+      **run_options: the system's ``run`` keywords: ``state``, ``start_update``, ``hooks``.
+
+    Returns:
+      The :class:`~podracer.loops.RunResult`: its ``events`` are the leaderboard records, and
+      its summary adds the last leaderboard's scores (``final_scores``, ``final_best_score``,
+      ``final_median_score``).
+    """
     system = build(
         env_id,
         agent_config,

@@ -36,7 +36,18 @@ def build(
     num_updates: int,
     observation_spec: ObservationSpec | None = None,
 ):
-    """``(agent, optimizer)`` for a config of a registered agent (:func:`spec_of`)."""
+    """``(agent, optimizer)`` for a config of a registered agent (:func:`spec_of`).
+
+    Args:
+      config: the config of a registered agent.
+      action_spec: the environment's action spec (an int: that many discrete actions).
+      num_updates: the run's updates, the length of learning-rate schedules.
+      observation_spec: one observation's spec (observation normalisation needs it).
+
+    Returns:
+      ``(agent, optimizer)``: the :class:`~podracer.types.Agent` (wrapped for normalisation
+      when the config asks for it) and its optax transformation.
+    """
     return spec_of(config).build(config, action_spec, num_updates, observation_spec)
 
 

@@ -204,7 +204,16 @@ def action_size(action_spec: BoundedActionSpec) -> int:
 
 def learning_rate(config, num_updates: int) -> float | optax.Schedule:
     """``config.lr``, or with ``config.anneal_lr`` a linear decay to 0 over the run's optimizer
-    steps (``num_updates * num_epochs * num_minibatches``)."""
+    steps (``num_updates * num_epochs * num_minibatches``).
+
+    Args:
+      config: an agent config with ``lr``, ``anneal_lr``, ``num_epochs`` and
+        ``num_minibatches``.
+      num_updates: the run's updates.
+
+    Returns:
+      The learning rate (a float) or an optax schedule of the optimizer step.
+    """
     if not config.anneal_lr:
         return config.lr
     steps = max(1, num_updates) * config.num_epochs * config.num_minibatches

@@ -34,8 +34,18 @@ class Space(NamedTuple):
 def epochs_learner(agent: Agent, optimizer, config: Any, **layout: Any) -> Learner:
     """The learner of :func:`podracer.core.learner.make_learner`: ``config.num_epochs`` passes
     of ``config.num_minibatches`` minibatches over each trajectory, or, for an agent with a
-    replay (``Agent.replay``), gradient steps on batches from its buffer; ``layout`` is the
-    loop's (``axis_name``, ``unroll``, ``microbatch_steps``, ``envs_per_device``)."""
+    replay (``Agent.replay``), gradient steps on batches from its buffer.
+
+    Args:
+      agent: the :class:`~podracer.types.Agent`.
+      optimizer: its optax transformation.
+      config: the agent's config (``num_epochs`` and ``num_minibatches``, 1 where absent).
+      **layout: the loop's ``axis_name``, ``unroll``, ``microbatch_steps``,
+        ``envs_per_device`` (:func:`podracer.core.learner.make_learner`).
+
+    Returns:
+      The :class:`~podracer.types.Learner`.
+    """
     from podracer.core.learner import make_learner
 
     return make_learner(
@@ -117,7 +127,8 @@ _BY_CONFIG: dict[type, AgentSpec] = {}  # the registered specs by config class
 
 
 def register(spec: AgentSpec) -> AgentSpec:
-    """Adds ``spec`` under ``spec.name``; a name already taken by another spec is an error."""
+    """Adds ``spec`` under ``spec.name`` (``--agent NAME``, :func:`get`, :func:`spec_of` by its
+    config class); a name already taken by another spec is an error. Returns ``spec``."""
     if not isinstance(spec, AgentSpec):
         raise TypeError(f"register takes an AgentSpec, not {type(spec).__name__}")
     if spec.name in AGENTS and AGENTS[spec.name] is not spec:
@@ -155,7 +166,19 @@ def load_attribute(path: str, what: str) -> Any:
 
 def get(name: str) -> AgentSpec:
     """The spec of a registered agent, or of ``module:attribute`` (an :class:`AgentSpec`, which
-    is registered under its ``module:attribute`` path, so config files can name it)."""
+    is registered under its ``module:attribute`` path, so config files can name it).
+
+    Args:
+      name: a registered name (``"ppo"``, ``"impala"``, ``"qlambda"``, ``"pqn"``, ``"dqn"``,
+        ``"sac"``, or one added with :func:`register`) or ``"module:attribute"``.
+
+    Returns:
+      The :class:`AgentSpec`.
+
+    Raises:
+      ConfigValueError: an unknown name, a module or attribute that does not exist, or an
+        attribute that is not an :class:`AgentSpec`.
+    """
     if name in AGENTS:
         return AGENTS[name]
     if ":" in name:
@@ -175,7 +198,17 @@ def get(name: str) -> AgentSpec:
 
 
 def spec_of(config: Any) -> AgentSpec:
-    """The registered spec whose config class is ``config``'s (the exact class)."""
+    """The registered spec whose config class is ``config``'s (the exact class).
+
+    Args:
+      config: an agent config (``PPOConfig()``, ...).
+
+    Returns:
+      The :class:`AgentSpec` registered with that config class.
+
+    Raises:
+      ConfigValueError: no registered agent takes that class.
+    """
     if type(config) in _BY_CONFIG:
         return _BY_CONFIG[type(config)]
     raise ConfigValueError(

@@ -319,8 +319,9 @@ def make_learner(
       agent: the algorithm (:class:`~podracer.types.Agent`).
       optimizer: an optax transformation (learning-rate schedules count optimizer steps, i.e.
         ``num_epochs * num_minibatches`` per update).
-      num_epochs, num_minibatches: SGD passes and minibatches per pass; the number of samples
-        per device must be divisible by ``num_minibatches``.
+      num_epochs: SGD passes over each update's batch.
+      num_minibatches: minibatches per pass; the number of samples per device must be
+        divisible by it.
       axis_name: the data-parallel axis (``podracer.parallel.DATA_AXIS``) or None on one device.
       unroll: ``unroll`` of the epoch and minibatch ``lax.scan``s; ``True`` replaces them by
         Python loops, so the update is straight-line code with no XLA loop at all. XLA:CPU runs
@@ -340,6 +341,11 @@ def make_learner(
       envs_per_device: the environments of one device's share of a trajectory; what a replay
         of windows (sequences, :class:`podracer.core.replay.Replay`) keeps a stream for each
         (the loops give it; other learners do not use it).
+
+    Returns:
+      ``Learner(init, update)``: ``init(key, example_obs) -> LearnerState`` and
+      ``update(state, traj) -> (state, metrics)``, pure functions that know no devices beyond
+      ``axis_name``.
     """
     layout = dict(axis_name=axis_name, unroll=unroll, microbatch_steps=microbatch_steps)
     if agent.replay is not None:

@@ -63,8 +63,11 @@ def gae(
       r_t: f32 ``[T, B]`` rewards.
       v_tm1: f32 ``[T, B]`` values of the observations the actions were taken in.
       v_t: f32 ``[T, B]`` values of the observations that followed (bootstrap values).
-      terminated_t, truncated_t: bool ``[T, B]``.
-      gamma, lambda_: discount and trace parameter (floats or traced scalars).
+      terminated_t: bool ``[T, B]``: the episode ended at step ``t`` (no bootstrap).
+      truncated_t: bool ``[T, B]``: a time limit cut the episode at step ``t`` (bootstrap,
+        cut the trace).
+      gamma: discount (a float or a traced scalar).
+      lambda_: trace parameter (a float or a traced scalar).
 
     Returns:
       f32 ``[T, B]`` advantages; the λ-returns are ``advantages + v_tm1``.
@@ -172,7 +175,9 @@ def vtrace(
       v_tm1: f32 ``[T, B]`` values of the observations the actions were taken in.
       v_t: f32 ``[T, B]`` values of the observations that followed (bootstrap values).
       r_t: f32 ``[T, B]`` rewards.
-      terminated_t, truncated_t: bool ``[T, B]``.
+      terminated_t: bool ``[T, B]``: the episode ended at step ``s`` (no bootstrap).
+      truncated_t: bool ``[T, B]``: a time limit cut the episode at step ``s`` (bootstrap,
+        cut the trace).
       rho_tm1: f32 ``[T, B]`` importance ratios ``pi(a_s | x_s) / mu(a_s | x_s)``.
       gamma: discount.
       lambda_: trace parameter (1 in IMPALA).

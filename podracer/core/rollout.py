@@ -38,7 +38,17 @@ def make_rollout(env, agent: Agent, rollout_len: int, *, unroll: int | bool = 1)
     received it. Each step's key is split in two, the first half to ``act``, the second to the
     environments. The returned ``Trajectory`` and ``EpisodeInfo`` are ``[rollout_len, B]``;
     ``EpisodeInfo`` is all zeros unless ``env`` is wrapped in
-    :class:`~podracer.envs.EpisodeStatistics`. ``unroll`` is passed to ``lax.scan``.
+    :class:`~podracer.envs.EpisodeStatistics`.
+
+    Args:
+      env: one (unbatched) :class:`~podracer.types.Environment`.
+      agent: the :class:`~podracer.types.Agent` that acts.
+      rollout_len: ``T``, the steps of one rollout.
+      unroll: passed to the time ``lax.scan``.
+
+    Returns:
+      ``rollout(params, state, env_params, key) -> (state, Trajectory [T, B], EpisodeInfo
+      [T, B])``, a pure function of a batched :class:`RolloutState` (:func:`reset_envs`).
     """
     act = reset_and_act(agent)
 
@@ -65,7 +75,18 @@ def make_rollout(env, agent: Agent, rollout_len: int, *, unroll: int | bool = 1)
 
 def reset_envs(env, keys, env_params, initial_actor_state=no_actor_state) -> RolloutState:
     """Resets one environment per key (``keys [B]``) into a batched :class:`RolloutState`, with
-    the actor state ``initial_actor_state(B)`` (an agent's ``initial_actor_state``)."""
+    the actor state ``initial_actor_state(B)`` (an agent's ``initial_actor_state``).
+
+    Args:
+      env: one (unbatched) :class:`~podracer.types.Environment`.
+      keys: ``[B]`` PRNG keys, one per environment.
+      env_params: the environment's params (shared by the batch).
+      initial_actor_state: ``initial_actor_state(B)``, the agent's carry at an episode's start.
+
+    Returns:
+      The :class:`RolloutState` of ``B`` environments, what :func:`make_rollout`'s rollout
+      starts from.
+    """
     env_state, ts = jax.vmap(env.reset, in_axes=(0, None))(keys, env_params)
     return RolloutState(env_state, ts, initial_actor_state(keys.shape[0]))
 

@@ -47,8 +47,15 @@ _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 def register(env_id: str, factory: Callable[..., Any]) -> None:
     """Makes ``make(env_id, **kwargs)`` return ``factory(**kwargs)``: an environment of your own
-    (see ``docs/environments.md``) for every loop, the sweeps and the population. An id that is
-    built in, or already registered, is an error."""
+    (see ``docs/environments.md``) for every loop, the sweeps and the population.
+
+    Args:
+      env_id: the new id (not a built-in one, and without a built-in family's prefix).
+      factory: a class or function that returns a :class:`~podracer.types.Environment`.
+
+    Raises:
+      ValueError: the id is built in or already registered.
+    """
     if env_id in KNOWN_IDS or env_id.startswith(RESERVED_PREFIXES):
         raise ValueError(f"register: {env_id!r} is a built-in id; choose another name")
     if env_id in _REGISTRY:
@@ -57,8 +64,22 @@ def register(env_id: str, factory: Callable[..., Any]) -> None:
 
 
 def make(env_id: str, **kwargs):
-    """Builds the environment ``env_id`` (see :data:`KNOWN_IDS` and :func:`register`); kwargs go
-    to its constructor."""
+    """Builds the environment ``env_id`` (see :data:`KNOWN_IDS` and :func:`register`).
+
+    Args:
+      env_id: ``"catch"``, ``"gymnax:<name>"``, ``"brax:<name>"`` (options as a query string),
+        ``"trading:synthetic"``, ``"trading:PATH.csv"``, a registered id, or
+        ``"module:attribute"`` (a class or factory of your own).
+      **kwargs: the constructor's keyword arguments (``envs.make("catch", rows=5)``).
+
+    Returns:
+      The :class:`~podracer.types.Environment`, with its ``default_params`` (run options are
+      applied by :func:`make_with_options`).
+
+    Raises:
+      ConfigValueError: an unknown id (with the closest known one), a host environment's id,
+        or a ``module:attribute`` that is not an environment.
+    """
     if env_id in _REGISTRY:
         return _REGISTRY[env_id](**kwargs)
     if env_id == "catch":

@@ -407,7 +407,22 @@ def make_with_options(
     env_id: str, options: EnvOptions | Mapping[str, Any] | None = None, **kwargs: Any
 ) -> Any:
     """THE factory of a run's JAX environment: :func:`podracer.envs.make` (``kwargs`` go to
-    the constructor) with ``options`` applied (:func:`with_options`)."""
+    the constructor) with ``options`` applied (:func:`with_options`).
+
+    Args:
+      env_id: the environment's id (:func:`podracer.envs.make`).
+      options: an :class:`EnvOptions` (or a mapping of its ``params``): ``params`` replace
+        fields of the environment's ``default_params``, ``observe`` keeps those entries of a
+        vector observation.
+      **kwargs: the environment constructor's keyword arguments.
+
+    Returns:
+      The :class:`~podracer.types.Environment`, wrapped as the options need
+      (:class:`~podracer.envs.WithParams`, :class:`~podracer.envs.ObservationMask`).
+
+    Raises:
+      ConfigError: an unknown id, parameter or index, or a value of the wrong type.
+    """
     from podracer import envs
 
     options = as_options(options)

@@ -55,8 +55,27 @@ def make(
     JAX environment). ``options`` go to the environment kind's own ``make`` as they are:
     ``seed`` for every kind, ``num_threads`` and the task's settings for envpool
     (:func:`podracer.host_envs.envpool.make`), gymnasium's keyword arguments for gymnasium
-    (:func:`podracer.host_envs.gymnasium.make`). ``evaluation``: a JAX environment steps with
-    its evaluation params (:func:`podracer.evaluation.evaluation_params`)."""
+    (:func:`podracer.host_envs.gymnasium.make`).
+
+    Args:
+      env_id: ``"envpool:<task>"``, ``"gymnasium:<id>"`` or a JAX environment's id.
+      num_envs: environments in the batch.
+      batch_size: envpool's async batch (``recv`` returns this many); None or ``num_envs``:
+        sync mode.
+      env_options: the run's :class:`~podracer.envs.EnvOptions` (or a mapping of its
+        ``params``).
+      evaluation: a JAX environment steps with its evaluation params
+        (:func:`podracer.evaluation.evaluation_params`).
+      **options: the kind's own ``make`` keywords (``seed``, ``num_threads``, a task's
+        settings).
+
+    Returns:
+      The :class:`~podracer.types.HostEnvironment`.
+
+    Raises:
+      ConfigValueError: async mode for a kind that has none, or options a JAX environment
+        does not take.
+    """
     from podracer.envs.options import as_options, param_defaults, typed_params
 
     env_options = as_options(env_options)

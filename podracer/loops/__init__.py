@@ -100,7 +100,8 @@ LOOPS: dict[str, Loop] = {}
 
 
 def register(loop: Loop) -> Loop:
-    """Adds ``loop`` under ``loop.name``."""
+    """Adds ``loop`` under ``loop.name`` (``--arch NAME``); a different loop of that name is
+    an error. Returns ``loop``."""
     if loop.name in LOOPS and LOOPS[loop.name] is not loop:
         raise ValueError(f"register: a loop named {loop.name!r} is already registered")
     LOOPS[loop.name] = loop
@@ -113,7 +114,17 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Loop:
-    """The loop called ``name``; an unknown name is an error listing the loops."""
+    """The loop called ``name``; an unknown name is an error listing the loops.
+
+    Args:
+      name: ``"anakin"``, ``"sebulba"`` or the name of a loop added with :func:`register`.
+
+    Returns:
+      The registered :class:`Loop` (a built-in one is imported on first use).
+
+    Raises:
+      ConfigValueError: no loop has that name.
+    """
     if name not in LOOPS and name in _BUILT_IN:
         register(importlib.import_module(_BUILT_IN[name]).LOOP)
     if name not in LOOPS:
@@ -138,14 +149,33 @@ def build(
 ) -> System:
     """The recipe (:func:`make_recipe`) and the system of ``loop`` in one call.
 
-    ``env_options`` (an :class:`~podracer.envs.EnvOptions`, or a mapping of its ``params``)
-    are the environment's parameters and observation mask, for the probe and every environment
-    the system builds. ``members`` and ``periodic`` are made from the recipe: a sweep's or a
-    population's members are its agent with traced hyper-parameters (``recipe.member``).
-    ``options`` go to the loop's ``build`` (Anakin: ``env_params``, a whole params pytree that
-    replaces the environment's ``default_params`` in training). Without ``devices``, a CPU
-    given one device per core (:func:`podracer.parallel.use_cpu_cores`) runs the members on
-    them (``loop.place_members``)."""
+    Without ``devices``, a CPU given one device per core
+    (:func:`podracer.parallel.use_cpu_cores`) runs the members on them
+    (``loop.place_members``).
+
+    Args:
+      loop: a :class:`Loop` or its registered name.
+      env_id: the environment id.
+      agent_spec: the agent's :class:`~podracer.agents.AgentSpec`.
+      agent_config: that agent's config.
+      config: the loop's config (:class:`~podracer.anakin.AnakinConfig`,
+        :class:`~podracer.sebulba.SebulbaConfig`).
+      total_timesteps: environment steps per member.
+      seed: the run seed.
+      devices: the devices the system runs on (default: the loop's choice).
+      members: made from the recipe: a sweep's or a population's members, its agent with
+        traced hyper-parameters (``recipe.member``).
+      periodic: made from the recipe: work done inside the program every ``interval``
+        updates (a population's evaluation and tournament).
+      env_options: the environment's parameters and observation mask
+        (:class:`~podracer.envs.EnvOptions`, or a mapping of its ``params``), for the probe
+        and every environment the system builds.
+      **options: the loop's own ``build`` keywords (Anakin: ``env_params``, a whole params
+        pytree that replaces the environment's ``default_params`` in training).
+
+    Returns:
+      The loop's :class:`System`: ``init(seed)``, ``run(state, ...)``, ``evaluator(...)``.
+    """
     loop = get(loop) if isinstance(loop, str) else loop
     if devices is None and loop.place_members is not None and parallel.spread_members():
         config, devices = loop.place_members(config)
@@ -187,9 +217,27 @@ def train(
 ) -> RunResult:
     """Builds the system of a registered agent's config (:func:`build`) and runs it for
     ``total_timesteps`` steps per member, without a run directory (:func:`podracer.runs.train`
-    keeps one); ``state`` and ``start_update`` resume, ``hooks`` see every call. ``options``:
-    ``env_options`` (an :class:`~podracer.envs.EnvOptions` or a mapping of parameters),
-    ``members``, ``periodic``, and the loop's own (:func:`build`)."""
+    keeps one).
+
+    Args:
+      loop: a :class:`Loop` or its registered name.
+      env_id: the environment id.
+      agent_config: the config of a registered agent; it chooses the agent
+        (:func:`podracer.agents.spec_of`).
+      config: the loop's config.
+      seed: the run seed; member ``i`` of ``num_seeds`` runs seed ``seed + i``.
+      total_timesteps: environment steps per member.
+      devices: the devices to run on (default: the loop's choice).
+      progress: called with every ``"train"`` record (:mod:`podracer.logging`).
+      state: a state to resume from (a checkpoint restored into ``system.init(seed)``);
+        None starts afresh.
+      start_update: the updates ``state`` holds.
+      hooks: host work between calls (:class:`RunHooks`: checkpoints, evaluation).
+      **options: :func:`build`'s ``env_options``, ``members``, ``periodic`` and the loop's own.
+
+    Returns:
+      The :class:`RunResult` of the run.
+    """
     from podracer import agents
 
     system = build(

@@ -114,7 +114,26 @@ def make_recipe(
 ) -> Recipe:
     """The :class:`Recipe` of a run on ``loop`` (a :class:`~podracer.loops.Loop`); the probe
     builds its environment with ``env_options`` (a mapping: their ``params``), as every
-    environment of the run is built."""
+    environment of the run is built.
+
+    Args:
+      loop: the :class:`~podracer.loops.Loop` (its ``probe`` gives the specs, its
+        ``steps_per_update`` the update count).
+      env_id: the environment id.
+      agent_spec: the agent's :class:`~podracer.agents.AgentSpec`.
+      agent_config: that agent's config.
+      loop_config: the loop's config.
+      total_timesteps: environment steps per member; sets ``num_updates``, hence the length of
+        learning-rate schedules.
+      seed: the run seed (for environments whose probe depends on it).
+      devices: the learner's devices, for its layout (default: every device).
+      env_options: the environment's :class:`~podracer.envs.EnvOptions`, or a mapping of its
+        ``params``.
+
+    Returns:
+      The :class:`Recipe`: the probed specs, the agent and optimizer, the update counts and
+      the learner layout, built once for the run.
+    """
     env_options = as_options(env_options)
     env_spec = loop.probe(env_id, loop_config, seed, env_options)
     steps_per_update = loop.steps_per_update(loop_config)

@@ -722,6 +722,24 @@ def run(
     thread after every update, and ``interrupted(state, updates)`` in the calling thread on
     Ctrl-C. The learner is the recipe's (its agent spec's ``make_learner`` in its layout) over
     the learner mesh's DATA_AXIS.
+
+    Args:
+      recipe: the run's :class:`~podracer.loops.Recipe`.
+      config: the loop's devices and sizes (:class:`~podracer.sebulba.SebulbaConfig`).
+      make_env: ``make_env(actor_index) -> HostEnvironment`` (:func:`env_factory`).
+      seed: the run seed (actors' keys and the learner's).
+      progress: receives a ``"train"`` record (:mod:`podracer.logging`) about once a second.
+      devices: the local devices the config's device ids index.
+      state: a restored :class:`~podracer.types.LearnerState` to resume from; None starts
+        afresh.
+      start_update: the updates ``state`` holds.
+      hooks: host work between updates (:class:`~podracer.loops.RunHooks`).
+      extra_roles: more threads, ``(name, role)`` pairs, each ``role(run)`` given the
+        :class:`SebulbaRun`.
+
+    Returns:
+      The :class:`~podracer.loops.RunResult`: the summary (with the actors' and the learner's
+      timings, policy lag and queue sizes), the final learner state and the per-update metrics.
     """
     sebulba = compile_run(
         recipe,

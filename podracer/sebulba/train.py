@@ -37,7 +37,20 @@ def env_factory(
     ``config.envs_per_actor`` of them, in async mode when ``config.async_batch_size`` is set;
     each actor gets its own seed (:data:`podracer.seeding.ENV_SEED_STRIDE`). The probe, the
     actors and the evaluator (``evaluation``: a JAX environment with its evaluation params) all
-    build theirs here."""
+    build theirs here.
+
+    Args:
+      env_id: a host environment's id (``envpool:...``, ``gymnasium:...``) or a JAX one's
+        (stepped on the host).
+      config: the loop's config: ``envs_per_actor``, ``async_batch_size``, ``env_threads``.
+      seed: the run seed; actor ``i`` seeds its environments from ``seed`` and ``i``.
+      env_options: the run's :class:`~podracer.envs.EnvOptions` (or a mapping of its
+        ``params``).
+      evaluation: build the evaluator's environments.
+
+    Returns:
+      ``make_env(actor_index) -> HostEnvironment``.
+    """
     env_options = as_options(env_options)
 
     def make_env(actor: int) -> HostEnvironment:
