@@ -112,6 +112,20 @@ def policy_of(system, state, member: int):
     return agent, agent.actor_params(learner.params, one_device(agent, learner.agent_state))
 
 
+def trading_spec(run_dir: str):
+    """The :class:`~podracer.runs.RunSpec` of ``run_dir``; a run that did not train on a
+    trading environment is a :class:`ConfigError`."""
+    from podracer.runs import load_spec
+
+    spec = load_spec(run_dir)
+    if not spec.env.startswith("trading:"):
+        raise ConfigError(
+            f"podracer backtest: {run_dir!r} trained on {spec.env}, not a trading environment "
+            "(trading:synthetic, trading:PATH.csv)"
+        )
+    return spec
+
+
 def backtest_run(
     run_dir: str,
     *,
@@ -125,16 +139,11 @@ def backtest_run(
     record (also written to ``backtest_<period>.json`` in ``run_dir``)."""
     from podracer import portfolio
     from podracer.envs import make_with_options
-    from podracer.runs import load_spec, restore_run
+    from podracer.runs import restore_run
 
     if period not in PERIODS:
         raise ConfigError(f"--period {period!r} is not allowed: choose one of {', '.join(PERIODS)}")
-    spec = load_spec(run_dir)
-    if not spec.env.startswith("trading:"):
-        raise ConfigError(
-            f"podracer backtest: {run_dir!r} trained on {spec.env}, not a trading environment "
-            "(trading:synthetic, trading:PATH.csv)"
-        )
+    spec = trading_spec(run_dir)
     env = make_with_options(
         spec.env, spec.env_options.merged(params={"period": period, "window": 0})
     )
@@ -188,7 +197,16 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     which.add_argument("--step", type=int, help="the checkpoint to backtest (the latest)")
     which.add_argument("--best", action="store_true", help="the best evaluation's checkpoint")
     parser.add_argument("--no-plot", action="store_true", help="write no PNG")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the flags and the run directory's config, then exit: nothing computed",
+    )
     args = parser.parse_args(list(argv))
+    if args.dry_run:
+        from podracer.runs import dry_run_saved
+
+        return dry_run_saved("backtest", args.run_dir, step=args.step, check=trading_spec)
     record = backtest_run(
         args.run_dir,
         period=args.period,
@@ -208,4 +226,12 @@ def main(argv: Sequence[str]) -> dict[str, Any]:
     return record
 
 
-__all__ = ["agent_values", "backtest_run", "baselines", "best_member", "main", "policy_of"]
+__all__ = [
+    "agent_values",
+    "backtest_run",
+    "baselines",
+    "best_member",
+    "main",
+    "policy_of",
+    "trading_spec",
+]

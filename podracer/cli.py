@@ -162,6 +162,13 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
         help="go on when a loss, gradient norm or parameter is not finite (the run stops)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--dry-run",
+        "--dry_run",
+        action="store_true",
+        help="resolve and check everything, print the config and what would run (devices, "
+        "updates, replay memory), then exit: nothing compiled or written",
+    )
     multi = parser.add_argument_group(
         "several processes (one per host; see docs/scaling.md)",
         "Nothing to pass where JAX detects the cluster (SLURM, Cloud TPU). Every process prints "
@@ -443,7 +450,7 @@ def _resume_spec(argv: Sequence[str]):
 
     parser = _selector_parser(list(agents.AGENTS))
     selectors, rest = parser.parse_known_args(list(argv))
-    allowed = {"resume", "resume_step", "total_timesteps", "quiet", *MULTI_PROCESS}
+    allowed = {"resume", "resume_step", "total_timesteps", "quiet", "dry_run", *MULTI_PROCESS}
     given = {
         name
         for name, value in vars(selectors).items()
@@ -452,8 +459,8 @@ def _resume_spec(argv: Sequence[str]):
     if rest or given:
         extra = rest or [f"--{name.replace('_', '-')}" for name in sorted(given)]
         raise CLIError(
-            f"--resume takes only --total-timesteps, --resume-step, --quiet and the process "
-            f"flags, not {extra[0]}: a resumed run keeps its config.json"
+            f"--resume takes only --total-timesteps, --resume-step, --quiet, --dry-run and the "
+            f"process flags, not {extra[0]}: a resumed run keeps its config.json"
         )
     spec = load_spec(selectors.resume)
     if selectors.total_timesteps is not None:
@@ -491,12 +498,68 @@ def _check_run_dir(argv: Sequence[str]) -> None:
         runs.check_run_dir(selectors.run_dir, resume=False)
 
 
+DRY_RUN = ("--dry-run", "--dry_run")
+
+
+def _dry_run(argv: Sequence[str]) -> tuple[bool, list[str]]:
+    """Whether ``argv`` asks for a dry run, and ``argv`` without the flag."""
+    rest = [a for a in argv if a not in DRY_RUN]
+    return len(rest) != len(argv), rest
+
+
+def _print_plan(record: dict) -> None:
+    from podracer.runs import describe_plan
+
+    print(describe_plan(record), file=sys.stderr)
+    print(json.dumps(record), flush=True)
+
+
+def _check_processes(argv: Sequence[str]) -> None:
+    """The process flags checked as :func:`_initialize` checks them, without joining."""
+    from podracer import agents, parallel
+
+    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
+    parallel.resolve(
+        selectors.coordinator,
+        selectors.num_processes,
+        selectors.process_id,
+        timeout_s=selectors.fault_timeout,
+    )
+
+
+def _resuming(argv: Sequence[str]) -> bool:
+    return any(a == "--resume" or a.startswith("--resume=") for a in argv)
+
+
+def train_dry_run(argv: Sequence[str]) -> dict:
+    """``podracer train ... --dry-run``: everything a run resolves and checks (agent,
+    environment, loop, every flag, the run directory; a resume's checkpoint), with the same
+    one-line errors, then the plan (:func:`podracer.runs.plan`) on stderr and as a JSON line;
+    nothing is compiled, written or joined (the processes of a multi-process run are not
+    contacted: the devices are this process's)."""
+    from podracer import runs
+
+    _check_run_dir(argv)
+    _check_processes(argv)
+    if _resuming(argv):
+        selectors, spec, run_dir = _resume_spec(argv)
+        record = runs.dry_run(spec, run_dir, resume=True, resume_step=selectors.resume_step)
+    else:
+        spec, selectors = run_spec(argv)
+        run_dir = selectors.run_dir or runs.default_run_dir(spec)
+        record = runs.dry_run(spec, run_dir)
+    _print_plan(record)
+    return record
+
+
 def train(argv: Sequence[str]) -> dict:
     from podracer import parallel, runs
 
+    if _dry_run(argv)[0]:
+        return train_dry_run(argv)
     _check_run_dir(argv)
     _initialize(argv)
-    if any(a == "--resume" or a.startswith("--resume=") for a in argv):
+    if _resuming(argv):
         selectors, spec, run_dir = _resume_spec(argv)
         resume = True
     else:
@@ -559,17 +622,13 @@ def _sigterm_as_interrupt():
 def interrupted_message(stop: KeyboardInterrupt, run_dir: str) -> str:
     """What Ctrl-C left in ``run_dir``: the checkpoint of the state the run had reached, an
     earlier checkpoint only, or nothing to resume."""
-    from podracer.checkpoint import CHECKPOINT_DIR
-    from podracer.runs import Interrupted
+    from podracer.runs import Interrupted, checkpoint_steps
 
     what = "terminated (SIGTERM)" if _terminated(stop) else "interrupted"
     if isinstance(stop, Interrupted):
         saved, latest = stop.saved, stop.latest
     else:  # before the run's loop started (building, compiling): its checkpoints are on disk
-        directory = os.path.join(run_dir, CHECKPOINT_DIR)
-        names = os.listdir(directory) if os.path.isdir(directory) else []
-        steps = [int(name) for name in names if name.isdigit()]
-        saved, latest = None, max(steps, default=None)
+        saved, latest = None, max(checkpoint_steps(run_dir), default=None)
     resume = f"podracer train --resume {run_dir}"
     if saved is not None:
         return f"podracer: {what}; the state after {saved} updates is saved: {resume}"
@@ -605,6 +664,7 @@ def sweep(argv: Sequence[str]) -> list[dict]:
         )
         print(SWEEP_HELP.format(fields=fields), end="")
         return []
+    dry, argv = _dry_run(argv)
     values, rest = sweeps.parse_sweep_flags(argv)
     seeds = 1
     if "--seeds" in rest:
@@ -626,6 +686,11 @@ def sweep(argv: Sequence[str]) -> list[dict]:
         )
     sweeps.check_grid(agents.get(spec.agent), spec.agent_config, grid)
     run_dir = selectors.run_dir or runs.default_run_dir(spec, kind="sweep")
+    if dry:
+        _check_processes(rest)
+        grid_record = {"sweep": {k: list(v) for k, v in grid.values.items()}, "seeds": grid.seeds}
+        _print_plan(runs.plan(sweeps.first_system(spec, grid), spec, run_dir, **grid_record))
+        return []
     runs.check_processes_agree(
         spec, run_dir, sweep={k: list(v) for k, v in grid.values.items()}, seeds=grid.seeds
     )
@@ -647,9 +712,18 @@ def evaluate(argv: Sequence[str]) -> dict:
     which.add_argument(
         "--best", action="store_true", help="the checkpoint of the best evaluation return"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the flags and the run directory's config, then exit: nothing evaluated",
+    )
     args = parser.parse_args(list(argv))
     if args.episodes < 1:
         raise CLIError(f"--episodes={args.episodes} is not allowed: it must be >= 1")
+    if args.dry_run:
+        from podracer.runs import dry_run_saved
+
+        return dry_run_saved("eval", args.run_dir, step=args.step)
     from podracer.runs import evaluate_run
 
     result = evaluate_run(

@@ -575,22 +575,40 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--benchmark", action="store_true", help="PATHs are benchmark JSONL files")
     parser.add_argument("--x", default=None, help="benchmark x key (default: what is given)")
     parser.add_argument("--y", default="sps", help="benchmark y key (default: sps)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the flags and which PATHs exist, then exit: nothing read or written",
+    )
     return parser
+
+
+def _dry_run(args) -> int:
+    """``--dry-run``: the flags checked as a real plot checks them; the PATHs that do not exist
+    yet are named (a run directory an earlier command of a script will write)."""
+    missing = [path for path in args.paths if not Path(path).exists()]
+    for path in missing:
+        print(f"dry run: podracer plot reads {path}, which is not there yet", file=sys.stderr)
+    record = {"dry_run": True, "command": "plot", "paths": args.paths, "missing": missing}
+    print(json.dumps({**record, "out": args.out}))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``podracer plot PATH... --out FILE.png [...]``; returns the exit code (2 on bad input)."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        if args.population and len(args.paths) != 1:
+            raise ValueError(f"--population takes one run directory, got {len(args.paths)}")
+        if args.members and len(args.paths) != 1:
+            raise ValueError(f"--members takes one run directory, got {len(args.paths)}")
+        if args.dry_run:
+            return _dry_run(args)
         if args.benchmark:
             out = plot_benchmark(args.paths, args.out, x=args.x, y=args.y)
         elif args.population:
-            if len(args.paths) != 1:
-                raise ValueError(f"--population takes one run directory, got {len(args.paths)}")
             out = plot_population(args.paths[0], args.out)
         elif args.members:
-            if len(args.paths) != 1:
-                raise ValueError(f"--members takes one run directory, got {len(args.paths)}")
             out = plot_members(args.paths[0], args.out, metric=args.metric, kind=args.kind)
         else:
             out = plot_runs(

@@ -115,6 +115,40 @@ def sweep_system(
     )
 
 
+def first_system(spec, grid: Grid):
+    """The system a sweep of ``spec`` (one member's :class:`~podracer.runs.RunSpec`) over
+    ``grid`` builds first: the whole grid's (:func:`sweep_system`) on a loop whose members run as
+    one program, else its first member's (the others differ only in their values).
+
+    Args:
+      spec: one member's spec.
+      grid: the swept values and the seeds per combination.
+
+    Returns:
+      A built :class:`podracer.loops.System` (nothing compiled).
+    """
+    from podracer import agents, loops, runs
+
+    loop = loops.get(spec.arch)
+    agent_spec = agents.get(spec.agent)
+    check_grid(agent_spec, spec.agent_config, grid)
+    if not loop.members_in_one_program:
+        first = grid.combinations()[0]
+        config = dataclasses.replace(spec.agent_config, **first)
+        return runs.build_system(dataclasses.replace(spec, agent_config=config))
+    return sweep_system(
+        loop,
+        spec.env,
+        agent_spec,
+        spec.agent_config,
+        spec.arch_config,
+        grid,
+        seed=spec.seed,
+        total_timesteps=spec.total_timesteps,
+        env_options=spec.env_options,
+    )
+
+
 def run_in_one_program(system, grid: Grid, *, seed: int = 0, progress=None):
     """Runs a :func:`sweep_system`; returns the :class:`podracer.loops.RunResult`
     (``num_seeds`` = members) and the member table."""
@@ -209,20 +243,9 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
     from podracer.rundir import RESULTS_FILE
 
     loop = loops.get(spec.arch)
-    agent_spec = agents.get(spec.agent)
-    check_grid(agent_spec, spec.agent_config, grid)
+    check_grid(agents.get(spec.agent), spec.agent_config, grid)
     if loop.members_in_one_program:
-        system = sweep_system(  # built before anything is written: a bad id or size fails here
-            loop,
-            spec.env,
-            agent_spec,
-            spec.agent_config,
-            spec.arch_config,
-            grid,
-            seed=spec.seed,
-            total_timesteps=spec.total_timesteps,
-            env_options=spec.env_options,
-        )
+        system = first_system(spec, grid)  # built before anything is written: a bad id fails
         runs.save_spec(
             run_dir,
             dataclasses.replace(
