@@ -43,3 +43,13 @@ def test_the_site_builds_strictly(tmp_path):
     core = (site / "api/core/index.html").read_text()
     assert 'id="podracer.core.learner.make_learner"' in core
     assert 'class="arithmatex"' in core
+
+
+def test_the_api_page_of_podracer_names_every_public_name():
+    """docs/api/podracer.md documents ``train`` and lists every other name of ``podracer``'s
+    ``__all__`` with a link to where it is documented (the strict build checks the links)."""
+    import podracer
+
+    page = (ROOT / "docs" / "api" / "podracer.md").read_text()
+    missing = [name for name in podracer.__all__ if f"`{name}`" not in page]
+    assert not missing, f"add these names of podracer.__all__ to docs/api/podracer.md: {missing}"
