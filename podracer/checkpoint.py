@@ -116,6 +116,13 @@ class _TensorStore:
 _orbax_without_tensorstore_leaks()
 
 
+def _gist(error: BaseException, limit: int = 160) -> str:
+    """The first sentence of a library's error, short: TensorStore's carry their whole spec."""
+    text = str(error).splitlines()[0] if str(error) else ""
+    text = text.split(" See full TensorStore details")[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class CheckpointError(Exception):
     """A checkpoint is missing, unreadable or does not fit the run."""
 
@@ -365,7 +372,7 @@ class Checkpointer:
             )
             raise CheckpointError(
                 f"the checkpoint of step {step} in {self.directory} cannot be read "
-                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                f"({type(error).__name__}: {_gist(error)}); "
                 f"{hint}"
             ) from error
         return from_raw(state, template), dict(restored.meta)

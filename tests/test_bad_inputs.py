@@ -80,6 +80,53 @@ STATIC = [
         ["train", "--agent", "sac", "--env", "gymnax:Pendulum-v1", "--agent.replay-ratio", "0", *T],
         "SACConfig.replay_ratio=0.0 is not allowed",
     ),
+    # replay, prioritised replay, n-step returns
+    (
+        ["train", "--agent", "dqn", "--agent.n-step", "20", "--arch.rollout-len", "8", *T],
+        "n_step=20 is not allowed: it must be at most the 8 steps its returns are computed over",
+    ),
+    (
+        ["train", "--agent", "dqn", "--agent.importance-exponent", "2", *T],
+        "DQNConfig.importance_exponent=2.0 is not allowed: it must be >= 0.0 and <= 1.0",
+    ),
+    (
+        ["train", "--agent", "dqn", "--agent.priority-exponent", "-1", *T],
+        "DQNConfig.priority_exponent=-1.0 is not allowed: it must be >= 0.0",
+    ),
+    (
+        ["train", "--agent", "pqn", "--env", "gymnax:Pendulum-v1", *T],
+        "pqn takes discrete actions, not BoundedActionSpec (continuous, of shape (1,))",
+    ),
+    # networks and memory
+    (["train", "--agent.torso", "resnet", *T], "PPOConfig.torso='resnet' is not allowed: choose"),
+    (
+        ["train", "--agent.memory", "transformer", *T],
+        "PPOConfig.memory='transformer' is not allowed: choose one of none, gru, lstm",
+    ),
+    (
+        ["train", "--agent.memory", "gru", "--agent.memory-size", "0", *T],
+        "PPOConfig.memory_size=0 is not allowed: it must be > 0",
+    ),
+    (
+        ["train", "--agent.sequence-window", "3", *T],
+        "PPOConfig.sequence_window=3 is not allowed with memory='none'",
+    ),
+    # a user's agent that breaks the AgentSpec contract
+    (
+        ["train", "--agent", "user_agent_bad:SPEC", *T],
+        "--agent 'user_agent_bad:SPEC' is not an AgentSpec (it is a object)",
+    ),
+    (["train", "--agent", "user_agent_bad:NOPE", *T], "module 'user_agent_bad' has no 'NOPE'"),
+    (
+        ["train", "--agent", "user_agent_bad:NOT_FROZEN", *T],
+        "AgentSpec.config_cls=Loose is not allowed: it must be a frozen dataclass",
+    ),
+    (
+        ["train", "--agent", "user_agent_bad:NOT_CALLABLE", *T],
+        "AgentSpec.make_optimizer=float is not allowed: it must be callable",
+    ),
+    # a dry run refuses what a run refuses
+    (["train", "--agent.gamma", "1.5", "--dry-run", *T], "PPOConfig.gamma=1.5 is not allowed"),
     # trading environments and the backtest
     (["train", "--env", "trading:absent.csv", *T], "absent.csv: no such file"),
     (["train", "--env", "trading:prices.txt", *T], "the trading ids are trading:synthetic and"),
@@ -130,6 +177,14 @@ STATIC = [
     ),
     (["train", "--fault-timeout", "-3", *T], "--fault-timeout=-3 is not allowed"),
     # populations
+    (
+        ["train", "--population", "4", "--population.init", "lr=1:0", *T],
+        "PopulationConfig.init entry 'lr=1:0' is not allowed: write NAME=LOW:HIGH with LOW <= HIGH",
+    ),
+    (
+        ["train", "--population", "4", "--population.selection", "best", *T],
+        "PopulationConfig.selection='best' is not allowed: choose one of truncation, tournament",
+    ),
     (["train", "--population", "4", "--population.fraction", "0.9", *T], "fraction=0.9"),
     (["train", "--population.interval", "3", *T], "--population.FIELD needs --population P"),
     (["train", "--arch", "sebulba", "--population", "4", *T], "--population is not allowed"),
@@ -256,6 +311,17 @@ def user_files(root):
         "        super().__init__()\n"
         "        del self.step\n"
     )
+    # A user's AgentSpecs: not one, a config that is not frozen, an optimizer that is a number.
+    (root / "user_agent_bad.py").write_text(
+        "import dataclasses\n\n"
+        "from podracer.agents import AgentSpec, ppo\n\n"
+        "SPEC = object()\n\n\n"
+        "@dataclasses.dataclass\n"
+        "class Loose:\n"
+        "    lr: float = 1e-3\n\n\n"
+        "NOT_FROZEN = ppo.SPEC._replace(config_cls=Loose)\n"
+        "NOT_CALLABLE = ppo.SPEC._replace(make_optimizer=0.001)\n"
+    )
     (root / "locked").mkdir()
     (root / "locked").chmod(stat.S_IRUSR | stat.S_IXUSR)
 
@@ -293,16 +359,75 @@ def run_cli(argv, monkeypatch):
 
 def assert_one_line(code, lines, message):
     """Exit status 2, one ``podracer...error:`` line holding ``message``, no traceback (a preset
-    note may come before it)."""
+    note may come before it); returns the line."""
     errors = [line for line in lines if "error:" in line]
     assert code == 2, lines
     assert len(errors) == 1 and message in errors[0], lines
     assert [line for line in lines if not line.startswith("preset ")] == errors
     assert not any("Traceback" in line for line in lines)
+    return errors[0]
 
 
-def test_there_are_at_least_40_cases():
-    assert len(STATIC) >= 40 and len({tuple(a) for a, _ in STATIC}) == len(STATIC)
+# --- docs/errors.md: every case and its whole line, checked by the case itself ---------------
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "errors.md")
+WRITE = os.environ.get("PODRACER_WRITE_ERRORS") == "1"
+REGENERATE = "PODRACER_WRITE_ERRORS=1 python -m pytest tests/test_bad_inputs.py -n 0 -p no:randomly"
+WRITTEN = {}  # command -> line, when WRITE
+
+
+def command(argv):
+    return "podracer " + " ".join(argv)
+
+
+def doc_rows() -> dict[str, str]:
+    """``{command: line}`` of the table of docs/errors.md."""
+    rows = {}
+    with open(DOC, encoding="utf-8") as f:
+        for row in f:
+            if row.startswith("| `podracer "):
+                cmd, line = row.strip()[3:-3].split("` | `", 1)
+                rows[cmd.replace("\\|", "|")] = line.replace("\\|", "|")
+    return rows
+
+
+def documented(argv, line, root) -> None:
+    """The case's whole line (its directory's path taken out) is docs/errors.md's row for it."""
+    line = line.replace(f"{root}{os.sep}", "").replace(str(root), ".")
+    if WRITE:
+        WRITTEN[command(argv)] = line
+        return
+    assert doc_rows().get(command(argv)) == line, f"docs/errors.md is stale: {REGENERATE}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def write_errors_doc():
+    """With PODRACER_WRITE_ERRORS=1 (and no xdist: one process sees every case), the table of
+    docs/errors.md is written from the cases' lines after the module's tests."""
+    yield
+    if not WRITE:
+        return
+    assert os.environ.get("PYTEST_XDIST_WORKER") is None, "write docs/errors.md with -n 0"
+    with open(DOC, encoding="utf-8") as f:
+        head = f.read().split("\n| command |")[0].rstrip("\n")
+    rows = [
+        f"| `{cmd.replace('|', chr(92) + '|')}` | `{line.replace('|', chr(92) + '|')}` |"
+        for cmd, line in WRITTEN.items()
+    ]
+    with open(DOC, "w", encoding="utf-8") as f:
+        f.write(f"{head}\n\n| command | what it prints |\n|---|---|\n" + "\n".join(rows) + "\n")
+
+
+def test_errors_doc_lists_only_the_cases():
+    if WRITE:
+        pytest.skip("docs/errors.md is being written")
+    cases = {command(argv) for argv, _ in STATIC + WITH_RUN}
+    assert set(doc_rows()) <= cases, f"docs/errors.md is stale: {REGENERATE}"
+    assert len(doc_rows()) >= 50
+
+
+def test_there_are_at_least_50_cases():
+    assert len(STATIC) + len(WITH_RUN) >= 50 and len({tuple(a) for a, _ in STATIC}) == len(STATIC)
 
 
 @pytest.mark.parametrize("argv, message", STATIC, ids=[" ".join(a)[:60] for a, _ in STATIC])
@@ -319,7 +444,7 @@ def test_bad_input_is_one_line_before_compiling(argv, message, monkeypatch, tmp_
             code, lines = run_cli(argv, monkeypatch)
     finally:
         logging.getLogger("jax").removeHandler(compiled)
-    assert_one_line(code, lines, message)
+    documented(argv, assert_one_line(code, lines, message), tmp_path)
     assert listing(tmp_path) == before  # nothing written for a run that could not start
     assert programs(compiled.names) == []  # refused before compiling anything of the run
     (tmp_path / "locked").chmod(stat.S_IRWXU)
@@ -345,6 +470,8 @@ def saved_run(tmp_path_factory):
     for name, edit in edits.items():
         shutil.copytree(root / "run", root / name)
         (root / name / "config.json").write_text(json.dumps({**config, **edit}))
+    shutil.copytree(root / "run", root / "corrupt")  # a checkpoint whose metadata was cut short
+    (root / "corrupt" / "checkpoints" / "8" / "meta" / "metadata").write_text("[")
     return root
 
 
@@ -375,6 +502,12 @@ WITH_RUN = [
     ),
     (["eval", "run", "--step", "7"], "no checkpoint of step 7"),
     (["eval", "run", "--best"], "no checkpoint in"),
+    (["eval", "corrupt"], "corrupt/checkpoints cannot be read (JSONDecodeError: Expecting value"),
+    (
+        ["train", "--resume", "corrupt", "--total-timesteps", "1024"],
+        "the checkpoint of step 8 in ",
+    ),
+    (["train", "--resume", "run", "--resume-step", "7", "--dry-run"], "no checkpoint of step 7"),
 ]
 
 
@@ -383,5 +516,5 @@ def test_bad_input_about_a_saved_run(argv, message, saved_run, monkeypatch):
     monkeypatch.chdir(saved_run)
     before = listing(saved_run)
     code, lines = run_cli(argv, monkeypatch)
-    assert_one_line(code, lines, message)
+    documented(argv, assert_one_line(code, lines, message), saved_run)
     assert listing(saved_run) == before

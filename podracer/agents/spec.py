@@ -164,6 +164,39 @@ def load_attribute(path: str, what: str) -> Any:
     return value
 
 
+def check_spec(spec: AgentSpec, where: str) -> None:
+    """A user's :class:`AgentSpec` checked when it is loaded, before anything is built: a
+    :class:`ConfigValueError` naming the first field that breaks the contract."""
+    import dataclasses
+
+    def wrong(field: str, what: str) -> ConfigValueError:
+        value = getattr(spec, field)
+        shown = getattr(value, "__name__", None) or type(value).__name__
+        return ConfigValueError(
+            f"{where}: AgentSpec.{field}={shown} is not allowed: it must be {what} (docs/agents.md)"
+        )
+
+    if not (isinstance(spec.config_cls, type) and dataclasses.is_dataclass(spec.config_cls)):
+        raise wrong("config_cls", "a dataclass (its fields are the --agent.FIELD flags)")
+    if not spec.config_cls.__dataclass_params__.frozen:
+        raise wrong("config_cls", "a frozen dataclass (@dataclasses.dataclass(frozen=True))")
+    required = [
+        f.name
+        for f in dataclasses.fields(spec.config_cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if required:
+        raise wrong("config_cls", f"a dataclass with a default for every field, not {required[0]}")
+    for field in ("make_agent", "make_optimizer", "make_learner"):
+        if not callable(getattr(spec, field)):
+            raise wrong(field, "callable")
+    if not isinstance(spec.default_env, str):
+        raise wrong("default_env", "an environment id (a str)")
+    for field in ("loop_defaults", "search_space", "presets"):
+        if not isinstance(getattr(spec, field), Mapping):
+            raise wrong(field, "a mapping")
+
+
 def get(name: str) -> AgentSpec:
     """The spec of a registered agent, or of ``module:attribute`` (an :class:`AgentSpec`, which
     is registered under its ``module:attribute`` path, so config files can name it).
@@ -185,9 +218,10 @@ def get(name: str) -> AgentSpec:
         spec = load_attribute(name, "--agent")
         if not isinstance(spec, AgentSpec):
             raise ConfigValueError(
-                f"--agent {name!r} is not an AgentSpec but a {type(spec).__name__}: export "
+                f"--agent {name!r} is not an AgentSpec (it is a {type(spec).__name__}): export "
                 "podracer.agents.AgentSpec(...) (docs/agents.md)"
             )
+        check_spec(spec, f"--agent {name!r}")
         AGENTS[name] = spec._replace(name=name)
         _BY_CONFIG.setdefault(spec.config_cls, AGENTS[name])
         return AGENTS[name]
@@ -224,7 +258,7 @@ def num_actions(action_spec: ActionSpec | int, agent: str) -> int:
         return action_spec
     if not isinstance(action_spec, DiscreteActionSpec):
         raise ConfigError(
-            f"{agent} takes discrete actions, not {action_spec}: choose an environment with "
-            "discrete actions"
+            f"{agent} takes discrete actions, not {type(action_spec).__name__} (continuous, "
+            f"of shape {tuple(action_spec.shape)}): choose an environment with discrete actions"
         )
     return action_spec.num_actions

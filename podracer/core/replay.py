@@ -80,7 +80,7 @@ class ReplayFields:
         check_positive(self, "buffer_size", "batch_size", "learning_starts")
         check_range(self, "replay_ratio", 0.0, None, low_open=True)
         check_range(self, "priority_exponent", 0.0, None)
-        check_range(self, "importance_exponent", 0.0, None)
+        check_range(self, "importance_exponent", 0.0, 1.0)  # 1: full correction
         if self.batch_size > self.buffer_size:
             from podracer.config import ConfigError
 
@@ -265,6 +265,12 @@ def n_step_targets(traj: Trajectory, gamma: float, n: int):
     """``(G, d, last) [T, B]``: the n-step returns, their discounts and the step whose
     ``bootstrap_obs`` each bootstraps from (see the module's docstring)."""
     num_steps, num_envs = traj.reward.shape
+    if n > num_steps:
+        raise ConfigError(
+            f"n_step={n} is not allowed: it must be at most the {num_steps} steps its returns are "
+            "computed over (a rollout's, --arch.rollout-len; with memory, a sampled sequence's "
+            "trained steps, --agent.sequence-length)"
+        )
     t = jnp.arange(num_steps)[:, None] * jnp.ones((1, num_envs), jnp.int32)
     env = jnp.broadcast_to(jnp.arange(num_envs)[None, :], (num_steps, num_envs))
     ret = jnp.zeros((num_steps, num_envs), jnp.float32)
