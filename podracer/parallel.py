@@ -6,14 +6,16 @@ process and a mesh over them spans the cluster. Nothing else in the library know
 processes there are, except where host data enters (Sebulba's trajectories, through
 :func:`global_array`) and where the host writes (:func:`is_main_process`).
 
-Host-only code here (:func:`initialize`, :class:`Watchdog`) is labelled; the mesh helpers are
-pure.
+Host-only code here (:func:`initialize`, :class:`Watchdog`, :class:`PeerWatch`) is labelled; the
+mesh helpers are pure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import socket
 import sys
 import threading
 import time
@@ -44,12 +46,17 @@ DEFAULT_TIMEOUT_S = 60.0
 STALLED_EXIT_CODE = 3
 """Exit status of a process whose :class:`Watchdog` saw no progress within its limit."""
 
+PEER_LOST_EXIT_CODE = 4
+"""Exit status of a process whose :class:`PeerWatch` saw another process stop."""
+
 # Meshes use automatic sharding (``jax.make_mesh`` defaults to explicit axes): inside the loops
 # ``shard_map`` makes every axis manual, and outside it (a population's tournament, evaluation
 # over members) XLA propagates the shardings; a mesh built from a device list is the same.
 AUTO = jax.sharding.AxisType.Auto
 
 _timeout_s = DEFAULT_TIMEOUT_S  # set by initialize(); read by the loops' watchdogs
+_run_dir: str | None = None  # the run's directory (note_run_dir): named when a peer stops
+_peer_watch: PeerWatch | None = None  # started by initialize() for a multi-process run
 
 
 # --- meshes and global arrays (pure) ---------------------------------------------------------
@@ -331,16 +338,20 @@ def initialize(
     See :func:`resolve` for where the three values come from; a single-process run does nothing.
     Otherwise it calls ``jax.distributed.initialize`` with
 
-    - ``heartbeat_timeout_seconds = timeout_s / 2``: the coordination service declares a process
-      dead after that long without a heartbeat and ends every other process (they abort with
-      JAX's message "Terminating process because the JAX distributed service detected fatal
-      errors"), so a dead or frozen process stops the run within ``timeout_s``;
+    - ``heartbeat_timeout_seconds = timeout_s``: the coordination service declares a process
+      dead after that long without a heartbeat and ends every other process (they abort, in
+      C++, with JAX's message "Terminating process because the JAX distributed service detected
+      fatal errors"). It is the backstop: podracer's :class:`PeerWatch`, started here, ends
+      them first, after ``timeout_s / 2``, with one line naming the process that stopped;
     - ``initialization_timeout``: how long to wait for every process to connect;
     - the CPU collectives set to gloo (what several CPU processes reduce through), and JAX's
       preemption service off, so SIGTERM (a scheduler's stop, ``kill``) ends a process as usual.
 
-    ``timeout_s`` (default 60 s, or ``PODRACER_FAULT_TIMEOUT``) also bounds the loops'
-    :class:`Watchdog`. Calling it again after success returns the same setup.
+    It also installs :func:`peer_aware_excepthook`, so that a collective that fails because a
+    peer died (``JaxRuntimeError``, raised at once when the peer's connection closes) ends the
+    process with the :class:`PeerWatch`'s line rather than a traceback. ``timeout_s`` (default
+    60 s, or ``PODRACER_FAULT_TIMEOUT``) also bounds the loops' :class:`Watchdog`. Calling it
+    again after success returns the same setup.
     """
     global _timeout_s
     setup = resolve(coordinator, num_processes, process_id, timeout_s=timeout_s)
@@ -356,7 +367,7 @@ def initialize(
             setup.process_id,
             local_device_ids=local_device_ids,
             initialization_timeout=int(initialization_timeout_s),
-            heartbeat_timeout_seconds=max(1, int(setup.timeout_s // 2)),
+            heartbeat_timeout_seconds=max(1, int(setup.timeout_s)),
             shutdown_timeout_seconds=max(1, int(setup.timeout_s)),
         )
     except RuntimeError as error:
@@ -366,6 +377,18 @@ def initialize(
                 "jax.devices()): call it first thing in the program"
             ) from error
         raise
+    from jax._src import distributed  # the client has no public API yet
+
+    state = distributed.global_state
+    watch_peers(
+        PeerWatch(
+            state.client,
+            state.process_id,
+            state.num_processes,
+            setup.timeout_s / 2,
+            coordinator=state.coordinator_address,
+        )
+    )
     return dataclasses.replace(
         setup, num_processes=jax.process_count(), process_id=jax.process_index()
     )
@@ -458,6 +481,243 @@ class Watchdog:
                 os._exit(STALLED_EXIT_CODE)
 
 
+# --- peers that stop (host side) ---------------------------------------------------------------
+
+
+def note_run_dir(run_dir: str | None) -> None:
+    """The run's directory, named by :class:`PeerWatch`'s line (how to resume). Multi-process
+    runs note it through :func:`check_agreement`, which every process passes before training."""
+    global _run_dir
+    _run_dir = None if run_dir is None else str(run_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerLost:
+    """A process that stopped: what :meth:`PeerWatch.verdict` found."""
+
+    process: int  # the process that stopped
+    host: str | None  # its host, when it told one
+    silent_s: float  # seconds since it last answered (its last beat, or the service)
+    coordinator: bool  # True: the coordination service (process 0) itself stopped answering
+
+
+class PeerWatch:
+    """Ends this process, with one line naming the process that stopped, when another process
+    of the run dies or stops answering (host side: two daemon threads, nothing jitted).
+
+    Every process writes a beat (a counter and its host name) to the key-value store of JAX's
+    coordination service every ``period_s`` and reads everyone's (``podracer-beat``, the only
+    thread that calls the service). A second thread (``podracer-peers``) judges, from this
+    process's own clock: a process whose beat has not changed for ``limit_s`` has stopped; so
+    has the coordinator (process 0, which hosts the service) when no exchange with the service
+    has succeeded for ``limit_s`` (a frozen service leaves the call hanging, hence the second
+    thread). It then prints one ``podracer:`` line (the process, its host, how to resume) and
+    calls ``os._exit(PEER_LOST_EXIT_CODE)``: the main thread may be blocked inside XLA.
+
+    :func:`initialize` starts it with ``limit_s = timeout_s / 2`` and sets JAX's own heartbeat
+    timeout to ``timeout_s``, so it ends the survivors before the runtime does (the runtime
+    aborts them in C++, with its trace). After :meth:`suspect` (a collective failed in this
+    process) the limit is ``grace_s``: a peer that is alive beats every ``period_s``.
+
+    The beats are ``(num_processes)`` keys read by every process: ``num_processes ** 2``
+    entries per period on the coordinator, nothing for pods of hundreds of hosts.
+    """
+
+    PREFIX = "podracer/beat/"
+
+    def __init__(
+        self,
+        client: Any,
+        process_id: int,
+        num_processes: int,
+        limit_s: float,
+        *,
+        period_s: float | None = None,
+        grace_s: float | None = None,
+        coordinator: str | None = None,
+        host: str | None = None,
+        clock=time.monotonic,
+        on_lost=None,
+    ):
+        self.client = client
+        self.process_id = process_id
+        self.num_processes = num_processes
+        self.limit_s = float(limit_s)
+        self.period_s = min(1.0, self.limit_s / 10) if period_s is None else float(period_s)
+        default_grace = min(self.limit_s, max(5.0, 5 * self.period_s))
+        self.grace_s = default_grace if grace_s is None else float(grace_s)
+        self.coordinator = coordinator
+        self.host = socket.gethostname() if host is None else host
+        self.clock = clock
+        self.on_lost = self.exit if on_lost is None else on_lost
+        self._lock = threading.Lock()
+        self._beats = 0
+        self._started = clock()
+        self._last_ok = self._started  # the last exchange with the service that succeeded
+        self._seen: dict[int, tuple[str, float, int]] = {}  # process: (beat, when changed, changes)
+        self._hosts: dict[int, str] = {}
+        self._suspect = False
+        self._closed = threading.Event()
+
+    # the exchange (thread podracer-beat) ---------------------------------------------------
+
+    def exchange(self) -> None:
+        """Writes this process's beat and reads everyone's (one round; raises what the client
+        raises)."""
+        self._beats += 1
+        self.client.key_value_set(
+            f"{self.PREFIX}{self.process_id}", f"{self._beats} {self.host}", allow_overwrite=True
+        )
+        entries = self.client.key_value_dir_get(self.PREFIX)
+        now = self.clock()
+        with self._lock:
+            self._last_ok = now
+            for key, value in entries:
+                try:
+                    process = int(key.rsplit("/", 1)[1])
+                except ValueError:
+                    continue
+                beat, _, host = value.partition(" ")
+                self._hosts[process] = host or None
+                old = self._seen.get(process)
+                if old is None or old[0] != beat:
+                    self._seen[process] = (beat, now, 1 if old is None else old[2] + 1)
+
+    def _beat(self) -> None:
+        from jax._src import distributed
+
+        while not self._closed.is_set():
+            if distributed.global_state.client is not self.client:  # shut down: the run ends
+                return
+            with contextlib.suppress(Exception):  # the service is gone: the judge decides
+                self.exchange()
+            self._closed.wait(self.period_s)
+
+    # the judge (thread podracer-peers) -----------------------------------------------------
+
+    def suspect(self) -> None:
+        """A collective failed in this process: judge with ``grace_s`` from now on."""
+        with self._lock:
+            self._suspect = True
+
+    def verdict(self, now: float | None = None) -> PeerLost | None:
+        """The process that stopped, or None while every one answers.
+
+        A peer's silence is counted up to this process's last successful read (not to ``now``),
+        so a read this process could not make (its own threads held up) never counts against
+        a peer; the coordinator's is counted up to ``now``, and :meth:`_judge` asks for it twice,
+        a period apart, before it acts.
+        """
+        now = self.clock() if now is None else now
+        with self._lock:
+            limit = self.grace_s if self._suspect else self.limit_s
+            if self.process_id != 0 and now - self._last_ok > limit:
+                return PeerLost(0, self._hosts.get(0), now - self._last_ok, True)
+            stalest = None
+            for process in range(self.num_processes):
+                if process == self.process_id:
+                    continue
+                changed = self._seen.get(process, (None, self._started, 0))[1]
+                silent = self._last_ok - changed
+                if silent > limit and (stalest is None or silent > stalest.silent_s):
+                    stalest = PeerLost(process, self._hosts.get(process), silent, False)
+            return stalest
+
+    def changes(self) -> dict[int, int]:
+        """How many times each process's beat has changed so far (a live one: once a period)."""
+        with self._lock:
+            return {process: seen[2] for process, seen in self._seen.items()}
+
+    def message(self, lost: PeerLost) -> str:
+        where = f"host {lost.host}" if lost.host else "host unknown"
+        if lost.coordinator:
+            what = (
+                f"process 0 of {self.num_processes} (the coordinator, "
+                f"{self.coordinator or where}) stopped answering: the coordination service "
+                f"has not answered for {lost.silent_s:.0f} s"
+            )
+        else:
+            what = (
+                f"process {lost.process} of {self.num_processes} ({where}) stopped: no "
+                f"heartbeat for {lost.silent_s:.0f} s (it died or stopped answering)"
+            )
+        run = _run_dir if _run_dir is not None else "RUN_DIR"
+        return (
+            f"podracer: {what}; process {self.process_id} stops too (exit status "
+            f"{PEER_LOST_EXIT_CODE}). Restart every process with: podracer train --resume {run}"
+        )
+
+    def exit(self, lost: PeerLost) -> None:
+        try:
+            sys.stderr.write(self.message(lost) + "\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(PEER_LOST_EXIT_CODE)
+
+    def _judge(self) -> None:
+        while not self._closed.wait(self.period_s / 2):
+            lost = self.verdict()
+            if lost is not None and lost.coordinator:  # held up, or the service is gone?
+                self._closed.wait(self.period_s)
+                lost = self.verdict()
+            if lost is not None and not self._closed.is_set():
+                self.on_lost(lost)
+                return
+
+    def start(self) -> PeerWatch:
+        for name, target in (("podracer-beat", self._beat), ("podracer-peers", self._judge)):
+            threading.Thread(target=target, name=name, daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def watch_peers(watch: PeerWatch) -> None:
+    """Starts ``watch`` for this process and installs :func:`peer_aware_excepthook`."""
+    global _peer_watch, _previous_excepthook
+    if _peer_watch is not None:
+        _peer_watch.close()
+    _peer_watch = watch.start()
+    if sys.excepthook is not peer_aware_excepthook:
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = peer_aware_excepthook
+
+
+_previous_excepthook = sys.excepthook
+
+
+def _runtime_error(error: BaseException | None) -> bool:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, jax.errors.JaxRuntimeError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def peer_aware_excepthook(kind, error, traceback) -> None:
+    """``sys.excepthook`` of a multi-process run (host side). An uncaught ``JaxRuntimeError``
+    (a collective fails at once when a peer's connection closes: "Gloo all-reduce failed ...
+    Connection reset by peer") first makes the :class:`PeerWatch` suspect its peers and waits
+    for its verdict: a peer that stopped ends the process with the watch's line, no
+    traceback. When every peer beats twice more, the error was this process's own and its
+    traceback is printed as usual; so is every other exception, at once."""
+    watch = _peer_watch
+    if watch is not None and _runtime_error(error):
+        watch.suspect()
+        before = watch.changes()
+        deadline = time.monotonic() + watch.grace_s + 3 * watch.period_s + 1.0
+        while time.monotonic() < deadline:
+            after = watch.changes()
+            others = [p for p in range(watch.num_processes) if p != watch.process_id]
+            if all(after.get(p, 0) >= before.get(p, 0) + 2 for p in others):
+                break  # every peer is alive: the error is this process's own
+            time.sleep(watch.period_s / 4)
+    _previous_excepthook(kind, error, traceback)
+
+
 # --- agreement between processes (host side) -------------------------------------------------
 
 _barriers = 0  # barriers passed so far in this process: each gets a name of its own
@@ -531,6 +791,8 @@ def check_agreement(values: Mapping[str, Any], timeout_s: float | None = None) -
     global _agreements
     if jax.process_count() == 1:
         return
+    if isinstance(values.get("run_dir"), str):
+        note_run_dir(values["run_dir"])
     import json
 
     from jax._src import distributed  # the store has no public API yet
