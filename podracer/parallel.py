@@ -786,7 +786,8 @@ def check_agreement(values: Mapping[str, Any], timeout_s: float | None = None) -
     program is compiled and a process that disagrees is found within seconds: process 0 writes
     its values, every other process compares its own with them and writes its verdict, and every
     process reads every verdict. A process that never writes one (it died, or failed before
-    this check) ends the wait after ``timeout_s`` (default: the fault timeout).
+    this check) ends the wait after ``timeout_s`` (default: the fault timeout). A ``run_dir``
+    among ``values`` is noted (:func:`note_run_dir`): the :class:`PeerWatch`'s line names it.
     """
     global _agreements
     if jax.process_count() == 1:
