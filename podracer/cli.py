@@ -749,16 +749,25 @@ def _use_cpu_cores(argv: Sequence[str]) -> None:
         parallel.use_cpu_cores()
 
 
-def main(argv: Sequence[str] | None = None, *, cpu_cores: bool | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    cpu_cores: bool | None = None,
+    supervise: bool | None = None,
+) -> int:
     """The ``podracer`` program: ``argv`` defaults to the command line. ``cpu_cores`` (default:
     True for the command line, False for a given ``argv``, as when called in a process that has
-    started JAX already) gives ``train`` and ``sweep`` one CPU device per core."""
+    started JAX already) gives ``train`` and ``sweep`` one CPU device per core. ``supervise``
+    (the same default) runs a multi-process run's process other than process 0 under
+    :mod:`podracer.supervisor`, which ends it with podracer's line if process 0 dies."""
     from podracer.checkpoint import CheckpointError
     from podracer.config import ConfigError
     from podracer.loops.common import Diverged
 
     if cpu_cores is None:
         cpu_cores = argv is None
+    if supervise is None:
+        supervise = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(TOP_USAGE, end="")
@@ -772,6 +781,11 @@ def main(argv: Sequence[str] | None = None, *, cpu_cores: bool | None = None) ->
             and "--help" not in rest
         ):
             _use_cpu_cores(rest)
+        if command == "train" and supervise:
+            from podracer import supervisor
+
+            if supervisor.wanted(rest):
+                return supervisor.run(rest)
         if command == "train":
             with _sigterm_as_interrupt():
                 train(rest)

@@ -489,6 +489,10 @@ def note_run_dir(run_dir: str | None) -> None:
     runs note it through :func:`check_agreement`, which every process passes before training."""
     global _run_dir
     _run_dir = None if run_dir is None else str(run_dir)
+    if _run_dir is not None and os.environ.get("PODRACER_SUPERVISED"):
+        # The parent (podracer.supervisor) names it if the coordinator's loss aborts this one.
+        sys.stderr.write(f"podracer-run-dir: {_run_dir}\n")
+        sys.stderr.flush()
 
 
 @dataclasses.dataclass(frozen=True)
