@@ -39,6 +39,12 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "minatar": ("gymnax:*-MinAtar",),
     # Stock trading (podracer.envs.trading): D assets' orders in [-1, 1]^D, a day per step.
     "trading": ("trading:*",),
+    # Discrete classic control: a few actions, vector observations, short episodes.
+    "classic_control": tuple(
+        f"{kind}:{task}"
+        for kind in ("gymnax", "envpool", "gymnasium")
+        for task in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
+    ),
     # Continuous classic control: one or two actions, short episodes.
     "classic_continuous": tuple(
         f"{kind}:{task}"

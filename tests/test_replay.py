@@ -291,7 +291,9 @@ def test_a_resumed_run_restores_the_buffer_bitwise(tmp_path):
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole_from_the_command_line(tmp_path):
-    # Measured with the defaults, 1e5 steps, seeds 0-2: 500, 500, 500 (random play: about 22).
+    # The defaults with the classic_control preset (podracer/presets.py), measured at 1e5
+    # steps, seeds 0-2: 441, 475, 335 (random play: about 22); at 5e5 steps, the length the
+    # preset is for: 485, 500, 485 (docs/agents.md; too slow for the suite).
     import json
     import os
     import subprocess
@@ -319,8 +321,9 @@ def test_dqn_learns_cartpole_from_the_command_line(tmp_path):
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "preset 'classic_control' for --agent dqn" in done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["final_return"] >= 450.0, summary
+    assert summary["final_return"] >= 300.0, summary
 
 
 def test_a_dqn_tournament_carries_its_buffers_and_hyper_parameters(tmp_path):
