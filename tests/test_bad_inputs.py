@@ -86,6 +86,10 @@ STATIC = [
         "n_step=20 is not allowed: it must be at most the 8 steps its returns are computed over",
     ),
     (
+        ["train", "--agent", "dqn", "--agent.buffer-size", "5000", *T],
+        "DQNConfig.learning_starts=10000 is not allowed with buffer_size=5000",
+    ),
+    (
         ["train", "--agent", "dqn", "--agent.importance-exponent", "2", *T],
         "DQNConfig.importance_exponent=2.0 is not allowed: it must be >= 0.0 and <= 1.0",
     ),

@@ -241,7 +241,8 @@ def test_the_plan_counts_updates_and_replay_memory(tmp_path, monkeypatch, capsys
     as_on_two_cores(monkeypatch)  # one member: one device, one buffer
     monkeypatch.chdir(tmp_path)
     argv = ["train", "--agent", "dqn", "--total-timesteps", "100000", "--dry-run"]
-    argv += ["--agent.buffer-size", "1000", "--arch.num-envs", "8", "--arch.rollout-len", "4"]
+    argv += ["--agent.buffer-size", "1000", "--agent.learning-starts", "500"]
+    argv += ["--arch.num-envs", "8", "--arch.rollout-len", "4"]
     assert cli.main(argv) == 0
     record = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert record["steps_per_update"] == 8 * 4

@@ -482,7 +482,16 @@ def zeros(item) -> Any:
 
 
 def check_replay(replay: Replay) -> None:
-    """Raises a :class:`ConfigError` naming a ``Replay`` field that cannot work."""
+    """Raises a :class:`ConfigError` naming a ``Replay`` field that cannot work, or a config
+    whose buffer never holds the ``learning_starts`` steps that learning waits for."""
+    config = replay.config
+    if config.learning_starts > config.buffer_size:
+        raise ConfigError(
+            f"{type(config).__name__}.learning_starts={config.learning_starts} is not allowed "
+            f"with buffer_size={config.buffer_size}: a device's buffer never holds more than "
+            "buffer_size steps, so learning would never start; lower learning_starts or raise "
+            "buffer_size"
+        )
     if replay.window < 0 or replay.period < 1 or replay.batch_size < 0:
         raise ConfigError(
             f"Replay(window={replay.window}, period={replay.period}, "
