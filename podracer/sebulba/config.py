@@ -22,10 +22,11 @@ class SebulbaConfig(LearnerLayoutFields):
     """Environments each actor steps (split over the learner devices: a multiple of their count)."""
     async_batch_size: int = 0
     """envpool async mode: environments per recv (0: sync mode, every env each step). The actor
-    acts on this many while envpool steps the others: that pays where the network runs on an
-    accelerator and environment steps are costly. On a CPU with cheap environments (CartPole),
-    async mode acting on B of 2B envs runs about as fast as sync mode with B envs, and slower
-    than sync mode with 2B (``benchmarks/README.md``)."""
+    acts on this many while envpool steps the others. That pays where a sync step leaves the
+    cores idle while it waits for its slowest environment (environments that wait on another
+    process or machine: 3x sync mode on 2 CPU cores). Where the CPU is the bottleneck it costs
+    more than it hides (about 10% more CPU per step: half-size batches, twice the calls), so on
+    2 CPU cores it is slower than sync mode on CartPole and on Atari (``benchmarks/README.md``)."""
     rollout_len: int = 32
     """Steps per environment in each trajectory."""
     queue_size: int = 2
