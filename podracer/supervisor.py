@@ -100,6 +100,23 @@ def message(process_id: int | None, num_processes: int | None, coordinator, run_
     )
 
 
+def _dies_with_parent():
+    """A ``preexec_fn`` that has the kernel SIGKILL the child when this parent dies (Linux's
+    ``PR_SET_PDEATHSIG``), so that ``kill -9`` of the process a user or a scheduler sees also
+    ends the work it runs; None elsewhere. libc is loaded here, before the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
+
+    def dies_with_parent():
+        prctl(set_parent_death_signal, int(signal.SIGKILL))
+
+    return dies_with_parent
+
+
 def run(argv: Sequence[str]) -> int:
     """Runs ``podracer train ARGV`` as a child process (see the module docstring); returns the
     exit status for this process."""
@@ -110,6 +127,7 @@ def run(argv: Sequence[str]) -> int:
         stderr=subprocess.PIPE,
         text=True,
         errors="replace",
+        preexec_fn=_dies_with_parent(),
     )
     output = _Output(sys.stderr)
 
