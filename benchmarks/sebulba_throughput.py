@@ -15,7 +15,7 @@ and what a step costs in CPU.
 
 ``breakout-mlp`` / ``breakout-mlp-async`` compare sync and async mode where the environment is
 the expensive part and its step times vary (Atari: a game over costs a reset and up to 30
-no-op frames, about 15 steps' worth): envpool Breakout, 32 environments (async: acting on 16 at
+no-op frames, about 14 steps' worth): envpool Breakout, 32 environments (async: acting on 16 at
 a time), 2 envpool threads, IMPALA with a small MLP over the pixels so that the learner is
 cheap. ``sleepy`` / ``sleepy-async`` compare them where the environment's steps wait rather than
 compute (``sleepy_env.py``: each step sleeps a Pareto-distributed time, mean 3 ms, 99th
