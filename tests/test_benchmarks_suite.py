@@ -44,7 +44,7 @@ def test_smoke_run_writes_one_line_per_configuration_and_plots(tmp_path):
         [sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,  # about 140 s alone on 2 cores; a hang guard, not a timing
         env=env,
         cwd=tmp_path,
     )

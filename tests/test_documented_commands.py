@@ -20,12 +20,13 @@ import json
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 from price_files import real_index_prices
 
-from podracer import cli, loops, parallel, runs
+from podracer import cli, envs, loops, parallel, runs
 from podracer.rundir import CHECKPOINT_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +144,21 @@ def as_on_two_cores(monkeypatch, prefix: str = "") -> None:
     monkeypatch.setattr(parallel, "_cpu_cores_set", 0 if given else 2)
 
 
+@pytest.fixture
+def examples_forgotten(monkeypatch):
+    """The docs' own environment and agent (examples/) imported for a command and forgotten
+    after it, their registration too: other tests import and register them themselves."""
+    monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        path = getattr(sys.modules[name], "__file__", None) or ""
+        if path.startswith(str(ROOT / "examples")):
+            del sys.modules[name]
+
+
 @pytest.mark.parametrize("page, number, argv, prefix", CASES)
+@pytest.mark.usefixtures("examples_forgotten")
 def test_documented_command_passes_its_dry_run(page, number, argv, prefix, tmp_path, monkeypatch):
     as_on_two_cores(monkeypatch, prefix)
     monkeypatch.chdir(tmp_path)
