@@ -475,15 +475,28 @@ def _resume_spec(argv: Sequence[str]):
 def _initialize(argv: Sequence[str]) -> None:
     """Joins the processes of a multi-process run, before any JAX computation (nothing to do
     for one process)."""
-    from podracer import agents, parallel
+    from podracer import parallel
+
+    args, options = _process_flags(argv)
+    parallel.initialize(*args, **options)
+
+
+def _process_flags(argv: Sequence[str]):
+    """``(coordinator, num_processes, process_id), {"timeout_s": ...}`` of a command line."""
+    from podracer import agents
 
     selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
-    parallel.initialize(
-        selectors.coordinator,
-        selectors.num_processes,
-        selectors.process_id,
-        timeout_s=selectors.fault_timeout,
-    )
+    args = (selectors.coordinator, selectors.num_processes, selectors.process_id)
+    return args, {"timeout_s": selectors.fault_timeout}
+
+
+def process_setup(argv: Sequence[str]):
+    """The :class:`~podracer.parallel.ProcessSetup` of a command line: its process flags
+    checked as :func:`_initialize` checks them, without joining."""
+    from podracer import parallel
+
+    args, options = _process_flags(argv)
+    return parallel.resolve(*args, **options)
 
 
 def _check_run_dir(argv: Sequence[str]) -> None:
@@ -514,19 +527,6 @@ def _print_plan(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
-def _check_processes(argv: Sequence[str]) -> None:
-    """The process flags checked as :func:`_initialize` checks them, without joining."""
-    from podracer import agents, parallel
-
-    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
-    parallel.resolve(
-        selectors.coordinator,
-        selectors.num_processes,
-        selectors.process_id,
-        timeout_s=selectors.fault_timeout,
-    )
-
-
 def _resuming(argv: Sequence[str]) -> bool:
     return any(a == "--resume" or a.startswith("--resume=") for a in argv)
 
@@ -540,7 +540,7 @@ def train_dry_run(argv: Sequence[str]) -> dict:
     from podracer import runs
 
     _check_run_dir(argv)
-    _check_processes(argv)
+    process_setup(argv)
     if _resuming(argv):
         selectors, spec, run_dir = _resume_spec(argv)
         record = runs.dry_run(spec, run_dir, resume=True, resume_step=selectors.resume_step)
@@ -687,7 +687,7 @@ def sweep(argv: Sequence[str]) -> list[dict]:
     sweeps.check_grid(agents.get(spec.agent), spec.agent_config, grid)
     run_dir = selectors.run_dir or runs.default_run_dir(spec, kind="sweep")
     if dry:
-        _check_processes(rest)
+        process_setup(rest)
         grid_record = {"sweep": {k: list(v) for k, v in grid.values.items()}, "seeds": grid.seeds}
         _print_plan(runs.plan(sweeps.first_system(spec, grid), spec, run_dir, **grid_record))
         return []

@@ -35,15 +35,9 @@ LEADER_GONE = ("Failed to send RPC to coordination service", "leader task")
 
 
 def _setup(argv: Sequence[str]) -> parallel.ProcessSetup:
-    from podracer import agents, cli
+    from podracer import cli
 
-    selectors, _ = cli._selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
-    return parallel.resolve(
-        selectors.coordinator,
-        selectors.num_processes,
-        selectors.process_id,
-        timeout_s=selectors.fault_timeout,
-    )
+    return cli.process_setup(argv)
 
 
 def wanted(argv: Sequence[str]) -> bool:
