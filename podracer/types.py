@@ -22,10 +22,39 @@ Metrics = dict[str, Array]
 
 
 class ObservationSpec(NamedTuple):
-    """Shape and dtype of one (unbatched) observation."""
+    """Shape and dtype of one (unbatched) observation, or of one leaf of a dict observation.
+
+    An environment's ``observation_spec`` is one of these for an array observation, or a
+    ``dict`` of them (str keys, nested dicts allowed) for a structured one (Jumanji's and pgx's
+    named tuples become dicts): observations are then dicts of arrays with those keys. A
+    discrete environment that has legal actions puts them in the dict under
+    :data:`ACTION_MASK`, bool ``[num_actions]``: every discrete agent acts only among them, and
+    the networks never see the mask as an input (:func:`split_action_mask`).
+    """
 
     shape: tuple[int, ...]
     dtype: Any
+
+
+ACTION_MASK = "action_mask"
+"""The key of a dict observation's legal-action mask (bool ``[..., num_actions]``, True where
+the action is legal)."""
+
+
+def is_spec_leaf(x: Any) -> bool:
+    """``jax.tree`` ``is_leaf`` for a pytree of :class:`ObservationSpec` s (a NamedTuple is a
+    pytree node of its own)."""
+    return isinstance(x, ObservationSpec)
+
+
+def split_action_mask(obs: Any) -> tuple[Any, Any]:
+    """``(obs without its mask, mask)`` of an observation (or a batch, or a spec): the mask is
+    ``obs[ACTION_MASK]`` of a dict observation, else ``None``. A dict left with one entry stays a
+    dict."""
+    if isinstance(obs, dict) and ACTION_MASK in obs:
+        rest = {name: leaf for name, leaf in obs.items() if name != ACTION_MASK}
+        return rest, obs[ACTION_MASK]
+    return obs, None
 
 
 class DiscreteActionSpec(NamedTuple):

@@ -6,7 +6,9 @@ gymnax, discrete (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...) or c
 environments (``brax:ant``, ``brax:halfcheetah``, ...; options in the id as a query string,
 ``brax:ant?backend=positional&episode_length=100``, see :mod:`podracer.envs.brax`; brax is an
 optional extra), ``"trading:synthetic"`` and ``"trading:PATH.csv"`` (a portfolio of
-stocks, :mod:`podracer.envs.trading`), an id added with :func:`register`, and
+stocks, :mod:`podracer.envs.trading`), the JAX suites' ``"<family>:<name>"`` (``playground:``,
+``craftax:``, ``jumanji:``, ``navix:``, ``xminigrid:``, ``popgym_arcade:``, ``pgx:``; each an
+optional extra, :data:`podracer.envs.suites.FAMILIES`), an id added with :func:`register`, and
 ``"module:attribute"``: a user's environment class or factory, imported from ``sys.path`` or
 the current directory and called with the keyword arguments
 (``podracer train --env my_envs:make_env``).
@@ -19,6 +21,7 @@ with (:mod:`podracer.envs.options`).
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +32,7 @@ from podracer.envs.brax import BRAX_IDS, BraxEnvironment  # brax itself: when a 
 from podracer.envs.catch import Catch
 from podracer.envs.gymnax import CONTINUOUS_IDS, DISCRETE_IDS, GymnaxEnvironment
 from podracer.envs.options import EnvOptions, make_with_options
+from podracer.envs.suites import FAMILIES
 from podracer.envs.wrappers import EpisodeStatistics, ObservationMask, WithParams
 
 KNOWN_IDS: tuple[str, ...] = (
@@ -39,7 +43,7 @@ KNOWN_IDS: tuple[str, ...] = (
     "trading:synthetic",
 )
 
-RESERVED_PREFIXES = ("gymnax:", "brax:", "trading:", "envpool:", "gymnasium:")
+RESERVED_PREFIXES = ("gymnax:", "brax:", "trading:", "envpool:", "gymnasium:", *FAMILIES)
 """Id prefixes of the built-in families (JAX and host); any other ``a:b`` is a module path."""
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
@@ -90,6 +94,9 @@ def make(env_id: str, **kwargs):
         return brax_envs.make(env_id, **kwargs)
     if env_id.startswith("trading:"):
         return trading.make(env_id, **kwargs)
+    family = next((prefix for prefix in FAMILIES if env_id.startswith(prefix)), None)
+    if family is not None:  # a suite's adapter, imported only now (its library is an extra)
+        return importlib.import_module(FAMILIES[family][0]).make(env_id, **kwargs)
     if ":" in env_id and not env_id.startswith(RESERVED_PREFIXES):
         from podracer.agents.spec import load_attribute
 

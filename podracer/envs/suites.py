@@ -1,0 +1,81 @@
+"""What the adapters of the JAX environment suites share (:data:`FAMILIES`): the optional
+library's import with a one-line error naming its extra, unknown names with the closest known
+one, same-step auto-reset over pytrees, and observation specs of pytrees.
+
+An adapter (``podracer/envs/<family>.py``) has a ``make(env_id, **kwargs)`` that returns a
+:class:`~podracer.types.Environment`; :func:`podracer.envs.make` imports it only when an id of its
+family is made, so none of the suites is needed to import podracer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from podracer.config import ConfigValueError
+from podracer.types import ObservationSpec
+
+FAMILIES: dict[str, tuple[str, str]] = {
+    "playground:": ("podracer.envs.playground", "playground"),
+    "craftax:": ("podracer.envs.craftax", "craftax"),
+    "jumanji:": ("podracer.envs.jumanji", "jumanji"),
+    "navix:": ("podracer.envs.navix", "navix"),
+    "xminigrid:": ("podracer.envs.xminigrid", "xminigrid"),
+    "popgym_arcade:": ("podracer.envs.popgym_arcade", "popgym_arcade"),
+    "pgx:": ("podracer.envs.pgx", "pgx"),
+}
+"""The suites' id prefixes, each with its adapter module and the name of its optional extra
+(``pip install 'podracer[<extra>]'``, or ``podracer[envs]`` for all of them)."""
+
+
+def require(library: str, env_id: str, extra: str) -> Any:
+    """``import library``, or a :class:`ConfigValueError` that names the id, the library and the
+    extra that installs it."""
+    try:
+        return importlib.import_module(library)
+    except ImportError as error:
+        raise ConfigValueError(
+            f"environment id {env_id!r} needs the {library.split('.')[0]} library, which is not "
+            f"installed ({error}): pip install 'podracer[{extra}]' (or 'podracer[envs]' for "
+            "every suite)"
+        ) from None
+
+
+def check_name(env_id: str, name: str, known: Iterable[str], family: str) -> None:
+    """A :class:`ConfigValueError` for a ``name`` not in ``known``, with the closest known
+    name and the list."""
+    known = tuple(known)
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {family}{close[0]!r}?" if close else ""
+    raise ConfigValueError(
+        f"unknown environment id {env_id!r}: {name!r} is not one of the {family} environments "
+        f"podracer adapts.{hint} Known: {', '.join(known)}"
+    )
+
+
+def select_tree(done: jax.Array, on_done: Any, otherwise: Any) -> Any:
+    """``on_done`` where ``done`` (a bool scalar, or ``[B]`` under ``vmap``), else
+    ``otherwise``, leaf by leaf (the two pytrees have one structure): how an adapter takes a
+    fresh episode's state and observation after a step that ended one."""
+
+    def pick(a, b):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+        return jnp.where(jnp.reshape(done, jnp.shape(done) + (1,) * (a.ndim - jnp.ndim(done))), a, b)
+
+    return jax.tree.map(pick, on_done, otherwise)
+
+
+def observation_spec_of(obs: Any) -> Any:
+    """The :class:`~podracer.types.ObservationSpec` of one (unbatched) observation, or the
+    dict of them for a dict observation (an adapter turns a library's named tuple into a dict
+    first)."""
+    if isinstance(obs, dict):
+        return {name: observation_spec_of(leaf) for name, leaf in obs.items()}
+    return ObservationSpec(tuple(jnp.shape(obs)), jnp.dtype(jnp.result_type(obs)))
