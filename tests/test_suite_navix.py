@@ -1,0 +1,178 @@
+"""NAVIX through podracer's adapter (podracer.envs.navix): 200 steps of 4 environments equal
+NAVIX's own reset / step driven here with the adapter's key convention and same-step
+auto-reset; the adapter under jit(vmap); inside shard_map its reset runs and its step says why
+it cannot (NAVIX's conds and shard_map's varying-axes check); specs and errors.
+
+Navix-Dynamic-Obstacles-5x5-Random-v0 with a 12-step limit: random actions hit a ball
+(termination) or run out of time (truncation) many times in 200 steps, and the balls move with
+the key kept in NAVIX's state, so the state's own randomness is compared too."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from podracer import envs
+from podracer.config import ConfigValueError
+from podracer.types import DiscreteActionSpec, ObservationSpec
+
+navix = pytest.importorskip("navix")
+
+NAME = "Navix-Dynamic-Obstacles-5x5-Random-v0"
+MAX_STEPS = 12
+N, STEPS = 4, 200
+
+
+@pytest.fixture(scope="module")
+def env():
+    return envs.make(f"navix:{NAME}", max_steps=MAX_STEPS)
+
+
+def inputs(num_actions):
+    """Reset keys [N], step keys [STEPS, N] and random actions [STEPS, N]."""
+    reset_key, step_key, action_key = jax.random.split(jax.random.key(3), 3)
+    return (
+        jax.random.split(reset_key, N),
+        jax.random.split(step_key, (STEPS, N)),
+        jax.random.randint(action_key, (STEPS, N), 0, num_actions, jnp.int32),
+    )
+
+
+def adapter_rollout(env):
+    """Resets ``[N]`` and scans ``STEPS`` steps of the adapter (not jitted: the caller wraps)."""
+
+    def rollout(reset_keys, step_keys, actions):
+        state, first = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, ())
+
+        def body(state, x):
+            key, action = x
+            return jax.vmap(env.step, in_axes=(0, 0, 0, None))(key, state, action, ())
+
+        _, traj = jax.lax.scan(body, state, (step_keys, actions))
+        return first, traj
+
+    return rollout
+
+
+def library_rollout(lib):
+    """NAVIX's own reset / step, auto-reset here at the step that ends an episode (the
+    library's reset gets the second half of the step's key)."""
+
+    def step(key, timestep, action):
+        _, reset_key = jax.random.split(key)
+        stepped = lib.step(timestep, action)  # public step: no auto-reset on a running episode
+        done = stepped.step_type > 0
+        fresh = lib.reset(reset_key)
+        carried = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, stepped)
+        return carried, {
+            "obs": carried.observation,
+            "reward": stepped.reward,
+            "terminated": stepped.step_type == 2,  # navix StepType.TERMINATION
+            "truncated": stepped.step_type == 1,  # navix StepType.TRUNCATION
+            "final_obs": stepped.observation,
+        }
+
+    def rollout(reset_keys, step_keys, actions):
+        first = jax.vmap(lib.reset)(reset_keys)
+
+        def body(timestep, x):
+            return jax.vmap(step)(x[0], timestep, x[1])
+
+        _, traj = jax.lax.scan(body, first, (step_keys, actions))
+        return first.observation, traj
+
+    return rollout
+
+
+@pytest.fixture(scope="module")
+def rollouts(env):
+    args = inputs(env.action_spec.num_actions)
+    ours = jax.jit(adapter_rollout(env))(*args)
+    theirs = jax.jit(library_rollout(env.unwrapped))(*args)
+    return args, ours, theirs
+
+
+def test_parity_with_navix_over_auto_resets(rollouts):
+    _, (first, traj), (lib_first, lib) = rollouts
+    np.testing.assert_array_equal(first.obs, lib_first)
+    np.testing.assert_array_equal(first.final_obs, lib_first)
+    assert not first.terminated.any() and not first.truncated.any()
+    assert first.reward.dtype == jnp.float32 and not first.reward.any()
+
+    np.testing.assert_array_equal(traj.obs, lib["obs"])
+    np.testing.assert_array_equal(traj.final_obs, lib["final_obs"])
+    np.testing.assert_allclose(traj.reward, lib["reward"], rtol=1e-6)
+    np.testing.assert_array_equal(traj.terminated, lib["terminated"])
+    np.testing.assert_array_equal(traj.truncated, lib["truncated"])
+    assert traj.reward.dtype == jnp.float32
+    assert traj.terminated.dtype == jnp.bool_ and traj.truncated.dtype == jnp.bool_
+
+    # Several episodes ended both ways, so the comparison went across auto-resets.
+    assert int(traj.terminated.sum()) >= 5 and int(traj.truncated.sum()) >= 5
+    assert not (traj.terminated & traj.truncated).any()
+    done = np.asarray(traj.terminated | traj.truncated)
+    # The time limit counts from each reset: no episode runs past MAX_STEPS steps.
+    for env_index in range(N):
+        ends = np.flatnonzero(done[:, env_index])
+        assert np.diff(np.concatenate([[-1], ends])).max() <= MAX_STEPS
+    # final_obs is obs where the episode goes on; at an end it is the ended episode's last one.
+    same = np.all(np.asarray(traj.obs) == np.asarray(traj.final_obs), axis=(2, 3, 4))
+    assert same[~done].all()
+    assert not same[done].all()
+
+
+def test_reset_runs_inside_shard_map_and_step_says_why_not(env, rollouts):
+    """NAVIX's lax.conds mix the state's events with constant ones (varying against replicated
+    in shard_map's types): the adapter's step names the problem; its reset runs there."""
+    args, (first, _), _ = rollouts
+    mesh = jax.make_mesh((1,), ("data",))
+    batch, time_batch = P("data"), P(None, "data")
+    placed = [
+        jax.device_put(arg, NamedSharding(mesh, spec))
+        for arg, spec in zip(args, (batch, time_batch, time_batch), strict=True)
+    ]
+
+    def reset(keys):
+        return jax.vmap(env.reset, in_axes=(0, None))(keys, ())[1]
+
+    sharded_reset = jax.jit(jax.shard_map(reset, mesh=mesh, in_specs=batch, out_specs=batch))
+    for ours, expected in zip(
+        jax.tree.leaves(sharded_reset(placed[0])), jax.tree.leaves(first), strict=True
+    ):
+        np.testing.assert_array_equal(ours, expected)
+
+    sharded = jax.shard_map(
+        adapter_rollout(env),
+        mesh=mesh,
+        in_specs=(batch, time_batch, time_batch),
+        out_specs=(batch, time_batch),
+    )
+    with pytest.raises(ConfigValueError, match=r"step does not trace inside jax\.shard_map"):
+        jax.jit(sharded).lower(*placed)
+
+
+def test_specs(env, rollouts):
+    _, (first, _), _ = rollouts
+    assert env.id == f"navix:{NAME}"
+    assert repr(env) == f"NavixEnvironment('navix:{NAME}')"
+    assert env.default_params == ()
+    assert env.action_spec == DiscreteActionSpec(7)
+    assert env.observation_spec == ObservationSpec((5, 5, 3), jnp.dtype(jnp.uint8))
+    assert first.obs.shape[1:] == env.observation_spec.shape
+    assert first.obs.dtype == env.observation_spec.dtype
+    # Another observation function: the spec follows what reset returns.
+    rgb = envs.make("navix:Navix-Empty-5x5-v0", observation_fn=navix.observations.rgb)
+    _, ts = jax.eval_shape(rgb.reset, jax.random.key(0), ())
+    assert rgb.observation_spec == ObservationSpec(ts.obs.shape, ts.obs.dtype)
+    assert ts.obs.dtype == jnp.uint8 and ts.obs.ndim == 3
+
+
+def test_names_and_unknown_name():
+    from podracer.envs import navix as navix_envs
+
+    assert set(navix_envs.KNOWN) <= set(navix_envs.names())
+    assert "Navix-Empty-5x5-v0" in navix_envs.names()
+    with pytest.raises(ConfigValueError, match="Did you mean navix:'Navix-Empty-6x6-v0'"):
+        envs.make("navix:Navix-Empty-5x6-v0")
