@@ -29,12 +29,14 @@ jax.random.split(key)``; NAVIX's step takes no key: its own randomness, the dyna
 moves, comes from the key in its state). The state is NAVIX's ``Timestep``, which never carries
 an ended step type.
 
-Not inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10: NAVIX's
-``lax.cond`` s return the state's events in one branch and fresh constant events in the other
-(``actions._can_walk_there``: a wall hit), which ``shard_map``'s varying-axes check refuses
-("cond branches must have equal output types"); :meth:`NavixEnvironment.step` reports it as a
-:class:`~podracer.config.ConfigValueError`. It runs under ``jit`` / ``vmap``, and so with
-``--arch sebulba`` (a JAX environment stepped from the host).
+Not inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10's default
+checks: NAVIX's ``lax.cond`` s return the state's events in one branch and fresh constant events
+in the other (``actions._can_walk_there``: a wall hit), which ``shard_map``'s varying-axes check
+(``check_vma=True``) refuses ("cond branches must have equal output types");
+:meth:`NavixEnvironment.step` reports it as a :class:`~podracer.config.ConfigValueError`. Its
+reset runs there, and so does its step under ``jax.shard_map(..., check_vma=False)``, with the
+values of ``jit`` / ``vmap``. It runs under ``jit`` / ``vmap``, and so with ``--arch sebulba``
+(a JAX environment stepped from the host).
 """
 
 from __future__ import annotations
