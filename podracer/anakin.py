@@ -330,7 +330,7 @@ def make_anakin(
         rollout = make_rollout(env, member_agent, config.rollout_len, unroll=config.rollout_unroll)
         return member_agent, learner, rollout
 
-    example_obs = jnp.asarray(recipe.example_obs())
+    example_obs = jax.tree.map(jnp.asarray, recipe.example_obs())
 
     def init_one(key, hparams):
         agent, learner, _ = parts(hparams)

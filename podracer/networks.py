@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from podracer import ops
 from podracer.config import ConfigValueError
+from podracer.types import split_action_mask
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 
@@ -26,9 +28,40 @@ def _orthogonal(scale: float):
     return nn.initializers.orthogonal(scale)
 
 
+ILLEGAL = -1e9
+"""The logit (or q-value) an illegal action gets: its probability is 0 (``exp(-1e9)``
+underflows), it is never a maximum, and ``0 * ILLEGAL`` is 0 (no NaN, unlike ``-inf``, in an
+entropy or a zero-discounted bootstrap)."""
+
+
+def legal_actions(mask: jax.Array) -> jax.Array:
+    """A legal-action mask ``[..., A]`` as the agents use it: where no action is legal (an
+    environment's terminal state may say so), every action is."""
+    mask = jnp.asarray(mask, bool)
+    return mask | ~jnp.any(mask, axis=-1, keepdims=True)
+
+
+def mask_logits(logits: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """``logits [..., A]`` with the illegal actions' set to :data:`ILLEGAL` (``mask`` None:
+    unchanged). Their gradient is zero."""
+    if mask is None:
+        return logits
+    return jnp.where(legal_actions(mask), logits, ILLEGAL)
+
+
+def flatten_observations(obs) -> jax.Array:
+    """A batch of observations ``[B, ...]`` (an array, or a dict of arrays) as f32 ``[B, D]``:
+    each leaf flattened, in ``jax.tree.leaves`` order (a dict's sorted keys), and concatenated.
+    An array observation is its own only leaf."""
+    leaves = jax.tree.leaves(obs)
+    flat = [leaf.reshape(leaf.shape[0], -1).astype(jnp.float32) for leaf in leaves]
+    return flat[0] if len(flat) == 1 else jnp.concatenate(flat, axis=-1)
+
+
 class MLP(nn.Module):
-    """Flatten ``[B, ...] -> [B, D]``, then dense layers with an activation after each (and,
-    with ``layer_norm``, a LayerNorm between the dense layer and its activation)."""
+    """Flatten ``[B, ...] -> [B, D]`` (a dict observation: each leaf flattened, then
+    concatenated, :func:`flatten_observations`), then dense layers with an activation after each
+    (and, with ``layer_norm``, a LayerNorm between the dense layer and its activation)."""
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
@@ -36,7 +69,7 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+        x = flatten_observations(obs)
         for size in self.hidden_sizes:
             x = nn.Dense(size, kernel_init=_orthogonal(np.sqrt(2)))(x)
             if self.layer_norm:
@@ -54,6 +87,12 @@ def _normalised(x, layer_norm: bool):
 def _images(obs, channels_first: bool):
     """``[B, C, H, W]`` (or ``[B, H, W, C]``) of any dtype -> f32 ``[B, H, W, C]``; integer
     pixels are scaled by 1/255, other dtypes only cast."""
+    if isinstance(obs, dict):
+        raise ConfigValueError(
+            f"a convolutional torso takes image observations, and these are a dict of "
+            f"{', '.join(sorted(obs))}: name a torso per entry with leaf_torsos "
+            "(--agent.leaf-torsos KEY=TORSO; the entries not named are flattened into the MLP)"
+        )
     if obs.ndim != 4:
         raise ValueError(
             f"a convolutional torso needs image batches [B, C, H, W] or [B, H, W, C], got shape "
@@ -181,25 +220,72 @@ def make_torso(
     activation: str = "tanh",
     channels_first: bool = True,
     layer_norm: bool = False,
+    leaf_torsos: Sequence[tuple[str, str]] = (),
+    module_name: str | None = None,
 ) -> nn.Module:
     """A torso by name (one of :data:`TORSOS`). ``hidden_sizes`` and ``activation`` are the
     MLP's; the convolutional torsos keep their papers' sizes and ReLUs, and read
     ``channels_first``. ``layer_norm`` puts a LayerNorm before each activation (the MLP, the
-    MinAtar and the Nature CNN; the IMPALA ResNet has none)."""
+    MinAtar and the Nature CNN; the IMPALA ResNet has none). With ``leaf_torsos`` (pairs of a
+    dict observation's key and a torso name), :class:`LeafTorsos` for dict observations.
+    ``module_name``: the flax module's name (None: flax names it)."""
+    module_kwargs = {} if module_name is None else {"name": module_name}
+    if leaf_torsos:
+        return LeafTorsos(
+            tuple(leaf_torsos), hidden_sizes, activation, channels_first, layer_norm,
+            **module_kwargs,
+        )  # fmt: skip
     if name == "mlp":
-        return MLP(hidden_sizes, activation, layer_norm)
+        return MLP(hidden_sizes, activation, layer_norm, **module_kwargs)
     if name == "minatar_cnn":
-        return MinAtarCNN(channels_first=channels_first, layer_norm=layer_norm)
+        return MinAtarCNN(channels_first=channels_first, layer_norm=layer_norm, **module_kwargs)
     if name == "nature_cnn":
-        return NatureCNN(channels_first=channels_first, layer_norm=layer_norm)
+        return NatureCNN(channels_first=channels_first, layer_norm=layer_norm, **module_kwargs)
     if name == "impala_resnet":
         if layer_norm:
             raise ConfigValueError(
                 "torso 'impala_resnet' has no LayerNorm: turn layer_norm off, or choose one of "
                 "mlp, minatar_cnn, nature_cnn"
             )
-        return ImpalaResNet(channels_first=channels_first)
+        return ImpalaResNet(channels_first=channels_first, **module_kwargs)
     raise ConfigValueError(f"unknown torso {name!r}: choose one of {', '.join(TORSOS)}")
+
+
+class LeafTorsos(nn.Module):
+    """A torso for dict observations with a torso per entry: each key of ``leaf_torsos`` goes
+    through its own torso (a CNN for an image entry, say), the entries not named are flattened,
+    concatenated and go through one MLP (``hidden_sizes``, ``activation``), and the features
+    are concatenated (the named entries' in key order, then the MLP's)."""
+
+    leaf_torsos: tuple[tuple[str, str], ...]
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    channels_first: bool = True
+    layer_norm: bool = False
+
+    @nn.compact
+    def __call__(self, obs):
+        named = dict(self.leaf_torsos)
+        keys = sorted(obs) if isinstance(obs, dict) else []
+        missing = sorted(set(named) - set(keys))
+        if missing:
+            given = f"a dict of {', '.join(keys)}" if keys else "an array"
+            raise ConfigValueError(
+                f"leaf_torsos names {', '.join(missing)}, which the observations do not have: "
+                f"they are {given}"
+            )
+        features = [
+            make_torso(
+                named[key], self.hidden_sizes, self.activation, self.channels_first,
+                self.layer_norm, module_name=f"leaf_{key}",
+            )(obs[key])
+            for key in keys
+            if key in named
+        ]  # fmt: skip
+        rest = {key: obs[key] for key in keys if key not in named}
+        if rest:
+            features.append(MLP(self.hidden_sizes, self.activation, self.layer_norm)(rest))
+        return jnp.concatenate(features, axis=-1)
 
 
 def _add_policy_and_value_heads(module: nn.Module) -> None:
@@ -211,6 +297,17 @@ def _add_policy_and_value_heads(module: nn.Module) -> None:
         module.log_std_head = nn.Dense(module.num_actions, kernel_init=_orthogonal(0.01))
     elif module.continuous:
         module.log_std = module.param("log_std", nn.initializers.zeros, (module.num_actions,))
+
+
+def mask_outputs(module: nn.Module, outputs, mask):
+    """A discrete policy's logits (or a Q-network's q-values) with the illegal actions'
+    at :data:`ILLEGAL` (:func:`mask_logits`); a Gaussian's outputs, or no ``mask``: unchanged.
+    ``outputs`` may be ``(policy, value)``, whose policy is masked."""
+    if mask is None or getattr(module, "continuous", False):
+        return outputs
+    if isinstance(outputs, tuple):
+        return (mask_logits(outputs[0], mask), *outputs[1:])
+    return mask_logits(outputs, mask)
 
 
 def _policy_outputs(module: nn.Module, x):
@@ -249,10 +346,14 @@ class ActorCritic(nn.Module):
     channels_first: bool = True
     continuous: bool = False
     state_dependent_std: bool = False
+    leaf_torsos: tuple[tuple[str, str], ...] = ()
 
     def setup(self):
         def torso():
-            return make_torso(self.torso, self.hidden_sizes, self.activation, self.channels_first)
+            return make_torso(
+                self.torso, self.hidden_sizes, self.activation, self.channels_first,
+                leaf_torsos=self.leaf_torsos,
+            )  # fmt: skip
 
         self.actor_torso = torso()
         self.critic_torso = self.actor_torso if self.shared_torso else torso()
@@ -262,10 +363,11 @@ class ActorCritic(nn.Module):
         return self.policy(obs), self.value(obs)
 
     def policy(self, obs):
-        x = self.actor_torso(obs)
-        return _policy_outputs(self, x)
+        obs, mask = split_action_mask(obs)
+        return mask_outputs(self, _policy_outputs(self, self.actor_torso(obs)), mask)
 
     def value(self, obs):
+        obs, _ = split_action_mask(obs)
         return self.value_head(self.critic_torso(obs))[..., 0]
 
 
@@ -282,18 +384,21 @@ class QNetwork(nn.Module):
     torso: str = "mlp"
     channels_first: bool = True
     dueling: bool = False
+    leaf_torsos: tuple[tuple[str, str], ...] = ()
 
     @nn.compact
     def __call__(self, obs):
+        obs, mask = split_action_mask(obs)
         torso = make_torso(
-            self.torso, self.hidden_sizes, self.activation, self.channels_first, self.layer_norm
-        )
+            self.torso, self.hidden_sizes, self.activation, self.channels_first, self.layer_norm,
+            leaf_torsos=self.leaf_torsos,
+        )  # fmt: skip
         x = torso(obs)
         if not self.dueling:
-            return nn.Dense(self.num_actions)(x)
+            return mask_logits(nn.Dense(self.num_actions)(x), mask)
         value = nn.Dense(1)(x)
         advantage = nn.Dense(self.num_actions)(x)
-        return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
+        return mask_logits(value + advantage - jnp.mean(advantage, axis=-1, keepdims=True), mask)
 
 
 MEMORIES = ("none", "gru", "lstm")
@@ -326,10 +431,10 @@ class RecurrentBase(nn.Module):
 
     def __call__(self, carry, obs):
         carry, h = self.core(carry, self.embed(obs))
-        return carry, self.heads(h)
+        return carry, mask_outputs(self, self.heads(h), split_action_mask(obs)[1])
 
     def embed(self, obs):
-        return self.body(obs)
+        return self.body(split_action_mask(obs)[0])
 
     def core(self, carry, x):
         return self.cell(carry, x)
@@ -360,9 +465,13 @@ class RecurrentActorCritic(RecurrentBase):
     state_dependent_std: bool = False
     memory: str = "gru"
     memory_size: int = 128
+    leaf_torsos: tuple[tuple[str, str], ...] = ()
 
     def setup(self):
-        self.body = make_torso(self.torso, self.hidden_sizes, self.activation, self.channels_first)
+        self.body = make_torso(
+            self.torso, self.hidden_sizes, self.activation, self.channels_first,
+            leaf_torsos=self.leaf_torsos,
+        )  # fmt: skip
         self.cell = make_cell(self.memory, self.memory_size)
         self.policy_hidden = nn.Dense(self.memory_size, kernel_init=_orthogonal(np.sqrt(2)))
         self.value_hidden = nn.Dense(self.memory_size, kernel_init=_orthogonal(np.sqrt(2)))
@@ -395,11 +504,13 @@ class RecurrentQNetwork(RecurrentBase):
     dueling: bool = False
     memory: str = "gru"
     memory_size: int = 128
+    leaf_torsos: tuple[tuple[str, str], ...] = ()
 
     def setup(self):
         self.body = make_torso(
-            self.torso, self.hidden_sizes, self.activation, self.channels_first, self.layer_norm
-        )
+            self.torso, self.hidden_sizes, self.activation, self.channels_first, self.layer_norm,
+            leaf_torsos=self.leaf_torsos,
+        )  # fmt: skip
         self.cell = make_cell(self.memory, self.memory_size)
         self.hidden = nn.Dense(self.memory_size, kernel_init=_orthogonal(np.sqrt(2)))
         self.norm = nn.LayerNorm() if self.layer_norm else None

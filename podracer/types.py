@@ -47,6 +47,17 @@ def is_spec_leaf(x: Any) -> bool:
     return isinstance(x, ObservationSpec)
 
 
+def zero_observation(spec: Any, batch: tuple[int, ...] = (), xp: Any = None) -> Any:
+    """Zeros of an observation spec (a pytree of :class:`ObservationSpec` s), with the leading
+    ``batch`` shape: NumPy arrays, or ``xp``'s (``jax.numpy``)."""
+    import numpy as np
+
+    xp = np if xp is None else xp
+    return jax.tree.map(
+        lambda leaf: xp.zeros((*batch, *leaf.shape), leaf.dtype), spec, is_leaf=is_spec_leaf
+    )
+
+
 def split_action_mask(obs: Any) -> tuple[Any, Any]:
     """``(obs without its mask, mask)`` of an observation (or a batch, or a spec): the mask is
     ``obs[ACTION_MASK]`` of a dict observation, else ``None``. A dict left with one entry stays a

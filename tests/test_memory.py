@@ -33,7 +33,7 @@ def flax_reference(kind: str, size: int):
         zeros = jnp.zeros((n, size))
         return zeros if kind == "gru" else (zeros, zeros)
 
-    return cell, mem.Recurrent(initial, None, lambda p, c, x: cell.apply(p, c, x), None)
+    return cell, mem.Recurrent(initial, None, lambda p, c, x: cell.apply(p, c, x), None, None)
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])

@@ -161,7 +161,7 @@ def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates:
         return make_recurrent(config, network, actions, num_updates)
 
     def init(key, example_obs):
-        return network.init(key, example_obs[None])
+        return network.init(key, jax.tree.map(lambda x: x[None], example_obs))
 
     def prepare(params, state, traj: Trajectory, mean_fn):
         del params, state, mean_fn

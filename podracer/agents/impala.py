@@ -164,7 +164,7 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
                 net, params, carries, batch.bootstrap_obs, outputs, batch.truncated, time_axis=1
             )
             return jax.tree.map(flat, policy), v_tm1, jax.lax.stop_gradient(v_t)
-        policy, v_tm1 = network.apply(params, flat(batch.obs))
+        policy, v_tm1 = network.apply(params, jax.tree.map(flat, batch.obs))
         v_tm1 = unflat(v_tm1)
         v_t = jax.lax.stop_gradient(
             bootstrap_values(

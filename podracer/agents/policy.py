@@ -19,14 +19,22 @@ from podracer.config import ConfigError, check_choice, check_layer_sizes, check_
 from podracer.core import memory as memory_lib
 from podracer.networks import (
     ACTIVATIONS,
+    ILLEGAL,
     MEMORIES,
     TORSOS,
     ActorCritic,
     QNetwork,
     RecurrentActorCritic,
     RecurrentQNetwork,
+    legal_actions,
 )
-from podracer.types import ActionSpec, ActorOutput, BoundedActionSpec, DiscreteActionSpec
+from podracer.types import (
+    ActionSpec,
+    ActorOutput,
+    BoundedActionSpec,
+    DiscreteActionSpec,
+    split_action_mask,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +57,17 @@ class TorsoFields:
     from the carry recorded at its start."""
     memory_size: int = 128
     """Features of the recurrent cell (with memory)."""
+    leaf_torsos: tuple[str, ...] = ()
+    """For dict observations: a torso per entry, as KEY=TORSO (grid=minatar_cnn); the entries
+    not named are flattened, concatenated and go through the MLP. Empty (the default): every
+    entry is flattened into the MLP."""
 
     def check_network(self) -> None:
         """Validates the network fields (call it from ``__post_init__``)."""
         check_layer_sizes(self, "hidden_sizes")
         check_choice(self, "activation", tuple(ACTIVATIONS))
         check_choice(self, "torso", TORSOS)
+        self.leaf_torso_pairs()
         check_choice(self, "memory", MEMORIES)
         check_positive(self, "memory_size")
         if getattr(self, "layer_norm", False) and self.torso == "impala_resnet":
@@ -63,6 +76,25 @@ class TorsoFields:
                 "torso='impala_resnet', which has no LayerNorm: turn layer_norm off or choose "
                 "one of mlp, minatar_cnn, nature_cnn"
             )
+
+    def leaf_torso_pairs(self) -> tuple[tuple[str, str], ...]:
+        """``leaf_torsos`` as (key, torso) pairs; a :class:`ConfigError` names an entry that is
+        not KEY=TORSO with a known torso, or a key given twice."""
+        pairs = []
+        for entry in self.leaf_torsos:
+            key, sep, torso = str(entry).partition("=")
+            if not sep or not key or torso not in TORSOS:
+                raise ConfigError(
+                    f"{type(self).__name__}.leaf_torsos entry {entry!r} is not allowed: give "
+                    f"KEY=TORSO, a dict observation's key and one of {', '.join(TORSOS)}"
+                )
+            pairs.append((key, torso))
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) < len(keys):
+            raise ConfigError(
+                f"{type(self).__name__}.leaf_torsos={self.leaf_torsos} names a key twice"
+            )
+        return tuple(pairs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +126,7 @@ class ActorCriticFields(TorsoFields):
             channels_first=self.channels_first,
             continuous=continuous,
             state_dependent_std=self.state_dependent_std,
+            leaf_torsos=self.leaf_torso_pairs(),
         )
         if self.memory != "none":
             return RecurrentActorCritic(**common, memory=self.memory, memory_size=self.memory_size)
@@ -141,6 +174,7 @@ class QNetworkFields(TorsoFields):
             torso=self.torso,
             channels_first=self.channels_first,
             dueling=dueling,
+            leaf_torsos=self.leaf_torso_pairs(),
         )
         if self.memory != "none":
             return RecurrentQNetwork(**common, memory=self.memory, memory_size=self.memory_size)
@@ -187,9 +221,9 @@ class SequenceFields:
 def init_params(fields: TorsoFields, network, key, example_obs):
     """``network.init`` on one observation (with memory: and the initial carry)."""
     if fields.memory == "none":
-        return network.init(key, example_obs[None])
+        return network.init(key, jax.tree.map(lambda x: x[None], example_obs))
     carry = memory_lib.recurrent(network, fields.memory, fields.memory_size).initial(1)
-    return network.init(key, carry, example_obs[None])
+    return network.init(key, carry, jax.tree.map(lambda x: x[None], example_obs))
 
 
 def recurrent_net(fields: TorsoFields, network) -> memory_lib.Recurrent:
@@ -415,25 +449,37 @@ def epsilon_at(config, updates: jax.Array, num_updates: int) -> jax.Array:
     return config.epsilon_start + fraction * (config.epsilon_finish - config.epsilon_start)
 
 
+def epsilon_greedy(q: jax.Array, obs, epsilon, num_actions: int, key) -> ActorOutput:
+    """The epsilon-greedy choice among ``q [B, A]``: the greedy action, or with probability
+    ``epsilon`` a uniformly random one (among the legal actions of ``obs``'s mask, if it has
+    one; the Q-network already masked ``q``); records the probability of the action taken,
+    ``max_a q`` as the value and the q-values as ``extras["logits"]`` (so greedy evaluation
+    takes their argmax)."""
+    explore_key, random_key = jax.random.split(key)
+    greedy = jnp.argmax(q, axis=-1)
+    mask = split_action_mask(obs)[1]
+    if mask is None:
+        random = jax.random.randint(random_key, greedy.shape, 0, num_actions)
+        num_legal = num_actions
+    else:
+        legal = legal_actions(mask)
+        random = jax.random.categorical(random_key, jnp.where(legal, 0.0, ILLEGAL))
+        num_legal = jnp.sum(legal, axis=-1)
+    action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < epsilon, random, greedy)
+    prob = epsilon / num_legal + (1.0 - epsilon) * (action == greedy)
+    return ActorOutput(action, jnp.log(prob), jnp.max(q, -1), extras={"logits": q})
+
+
 def epsilon_greedy_act(network, num_actions: int, net: memory_lib.Recurrent | None = None):
-    """``act(acting: EpsilonGreedy, actor_state, obs, key)`` for a Q-network: the greedy action,
-    or with probability ``epsilon`` a uniformly random one; records the probability of the
-    action taken, ``max_a q`` as the value and the q-values as ``extras["logits"]`` (so greedy
-    evaluation takes their argmax). With ``net`` (a Q-network with memory), one step of it
-    from the carry in the actor state."""
+    """``act(acting: EpsilonGreedy, actor_state, obs, key)`` for a Q-network:
+    :func:`epsilon_greedy` with the acting params' exploration rate. With ``net`` (a Q-network
+    with memory), one step of it from the carry in the actor state."""
 
     def act(acting: EpsilonGreedy, actor_state, obs, key):
         if net is None:
             q = network.apply(acting.params, obs)
         else:
             actor_state, q = memory_lib.step(net, acting.params, actor_state, obs)
-        explore_key, random_key = jax.random.split(key)
-        greedy = jnp.argmax(q, axis=-1)
-        random = jax.random.randint(random_key, greedy.shape, 0, num_actions)
-        eps = acting.epsilon
-        action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
-        prob = eps / num_actions + (1.0 - eps) * (action == greedy)
-        out = ActorOutput(action, jnp.log(prob), jnp.max(q, -1), extras={"logits": q})
-        return actor_state, out
+        return actor_state, epsilon_greedy(q, obs, acting.epsilon, num_actions, key)
 
     return act

@@ -112,8 +112,8 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
 
     def values(params, obs):
         """``v(obs) [T, B]`` of ``obs [T, B, ...]`` in one pass over ``T * B``."""
-        num_steps, num_envs = obs.shape[:2]
-        flat = obs.reshape(num_steps * num_envs, *obs.shape[2:])
+        num_steps, num_envs = jax.tree.leaves(obs)[0].shape[:2]
+        flat = jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), obs)
         return network.apply(params, flat, method=ActorCritic.value).reshape(num_steps, num_envs)
 
     def prepare(params, agent_state, traj: Trajectory, mean_fn):

@@ -135,7 +135,9 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
         del updates, mean_fn
         num_steps, num_envs = traj.reward.shape
         if net is None:
-            flat = traj.bootstrap_obs.reshape(num_steps * num_envs, *traj.obs.shape[2:])
+            flat = jax.tree.map(
+                lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), traj.bootstrap_obs
+            )
             q_next = network.apply(params, flat)
         else:  # each bootstrap_obs from the carry after its own step
             starts = memory.episode_starts(traj.terminated, traj.truncated)

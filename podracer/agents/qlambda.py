@@ -20,12 +20,18 @@ import optax
 import rlax
 
 from podracer.agents.optim import clipped_adam
-from podracer.agents.policy import QNetworkFields, SequenceFields, init_params, recurrent_net
+from podracer.agents.policy import (
+    QNetworkFields,
+    SequenceFields,
+    epsilon_greedy,
+    init_params,
+    recurrent_net,
+)
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.config import check_positive, check_range
 from podracer.core import memory
 from podracer.core.returns import bootstrap_values
-from podracer.types import ActionSpec, ActorOutput, Agent, Trajectory, no_actor_state
+from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,13 +93,7 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
             q = network.apply(params, obs)
         else:
             actor_state, q = memory.step(net, params, actor_state, obs)
-        explore_key, random_key = jax.random.split(key)
-        greedy = jnp.argmax(q, axis=-1)
-        random = jax.random.randint(random_key, greedy.shape, 0, actions)
-        action = jnp.where(jax.random.uniform(explore_key, greedy.shape) < eps, random, greedy)
-        prob = eps / actions + (1.0 - eps) * (action == greedy)
-        out = ActorOutput(action, jnp.log(prob), jnp.max(q, -1), extras={"logits": q})
-        return actor_state, out
+        return actor_state, epsilon_greedy(q, obs, eps, actions, key)
 
     def prepare(params, agent_state, traj: Trajectory, mean_fn):
         del params, agent_state, mean_fn
@@ -110,7 +110,7 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
         num_seqs, num_steps = batch.reward.shape
 
         def q_values(obs):
-            flat = obs.reshape(num_seqs * num_steps, *obs.shape[2:])
+            flat = jax.tree.map(lambda x: x.reshape(num_seqs * num_steps, *x.shape[2:]), obs)
             return network.apply(params, flat).reshape(num_seqs, num_steps, actions)
 
         if net is None:

@@ -40,7 +40,7 @@ from podracer.agents.policy import action_size, check_bounded
 from podracer.agents.spec import AgentSpec, Space
 from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.core.replay import NStepItem, Replay, ReplayBatch, ReplayFields, n_step_items
-from podracer.networks import ACTIVATIONS, MLP
+from podracer.networks import ACTIVATIONS, MLP, flatten_observations
 from podracer.types import ActionSpec, ActorOutput, Agent, LossOutput, Trajectory
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -108,7 +108,7 @@ class TwinCritic(nn.Module):
     def __call__(self, obs, action):
         x = jnp.concatenate(
             [
-                obs.reshape(obs.shape[0], -1).astype(jnp.float32),
+                flatten_observations(obs),
                 action.reshape(action.shape[0], -1),
             ],
             axis=-1,
@@ -160,7 +160,7 @@ def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
 
     def init(key, example_obs):
         actor_key, critic_key = jax.random.split(key)
-        obs = example_obs[None]
+        obs = jax.tree.map(lambda x: x[None], example_obs)
         return {
             "actor": actor.init(actor_key, obs),
             "critic": critic.init(critic_key, obs, jnp.zeros((1, size))),
@@ -183,7 +183,7 @@ def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
     def act(params, actor_state, obs, key):
         mean, log_std = actor.apply(params["actor"], obs)
         action, log_prob = sample(key, mean, log_std)
-        batch = obs.shape[0]
+        batch = mean.shape[0]
         out = ActorOutput(
             action.reshape(batch, *shape),
             log_prob,

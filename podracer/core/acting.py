@@ -67,7 +67,7 @@ def reset_and_act(agent: Agent) -> Callable[..., Acted]:
     need (Sebulba's actors), or trace it inside their rollout (Anakin)."""
 
     def act(params, actor_state, obs, done, key) -> Acted:
-        initial = agent.initial_actor_state(obs.shape[0])
+        initial = agent.initial_actor_state(jax.tree.leaves(obs)[0].shape[0])
         actor_state = reset_actor_state(initial, actor_state, done)
         next_actor_state, out = agent.act(params, actor_state, obs, key)
         return Acted(actor_state, next_actor_state, out)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer.core.acting import reset_actor_state
-from podracer.types import Trajectory
+from podracer.types import Trajectory, split_action_mask
 
 
 class Recurrent(NamedTuple):
@@ -41,6 +41,7 @@ class Recurrent(NamedTuple):
     embed: Callable[[Any, Any], Any]  # embed(params, obs [N, ...]) -> x [N, ...]
     core: Callable[[Any, Any, Any], tuple[Any, Any]]  # core(params, carry, x) -> (carry, h)
     heads: Callable[[Any, Any], Any]  # heads(params, h [N, ...]) -> outputs [N, ...]
+    mask: Callable[[Any, Any], Any]  # mask(outputs, action_mask or None): illegal actions out
     sequence: Callable[..., tuple[Any, Any]] | None = None
     """``sequence(params, carry [B], x [T, B], starts [T, B], cuts [T, B]) -> (carries, h)
     [T, B]``: ``core`` over time with the reset (and no gradient through the carry into the
@@ -56,7 +57,7 @@ def recurrent(module, memory: str, size: int) -> Recurrent:
     :mod:`podracer.core.cells` writes the cell; any other module, as a scan of its own
     ``core``."""
     from podracer.core.cells import SEQUENCES
-    from podracer.networks import RecurrentBase, initial_carry
+    from podracer.networks import RecurrentBase, initial_carry, mask_outputs
 
     def embed(params, obs):
         return module.apply(params, obs, method=type(module).embed)
@@ -67,6 +68,9 @@ def recurrent(module, memory: str, size: int) -> Recurrent:
     def heads(params, h):
         return module.apply(params, h, method=type(module).heads)
 
+    def mask(outputs, action_mask):
+        return mask_outputs(module, outputs, action_mask)
+
     def sequence(params, carry, x, starts, cuts=None):
         return SEQUENCES[memory](params["params"]["cell"], carry, x, starts, cuts)
 
@@ -76,7 +80,12 @@ def recurrent(module, memory: str, size: int) -> Recurrent:
         and memory in SEQUENCES
     )
     return Recurrent(
-        lambda n: initial_carry(memory, size, n), embed, core, heads, sequence if fast else None
+        lambda n: initial_carry(memory, size, n),
+        embed,
+        core,
+        heads,
+        mask,
+        sequence if fast else None,
     )
 
 
@@ -102,7 +111,7 @@ def scan_core(net: Recurrent, params, carry, x, starts, cuts=None, *, time_unrol
 def step(net: Recurrent, params, carry, obs):
     """One step, as acting takes it: ``(carry, outputs)`` for ``obs [N, ...]``."""
     carry, h = net.core(params, carry, net.embed(params, obs))
-    return carry, net.heads(params, h)
+    return carry, net.mask(net.heads(params, h), split_action_mask(obs)[1])
 
 
 def episode_starts(terminated, truncated) -> jax.Array:
@@ -146,7 +155,7 @@ def unroll(net: Recurrent, params, carry, obs, starts, cuts=None, *, time_unroll
     else:
         carries, h = net.sequence(params, carry, x, starts, cuts)
     outputs = _unflat(net.heads(params, _flat(h, 2)), (num_steps, num_envs))
-    return carries, outputs
+    return carries, net.mask(outputs, split_action_mask(obs)[1])
 
 
 def bootstrap_outputs(

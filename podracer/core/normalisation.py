@@ -162,6 +162,14 @@ def normalised(
         return agent
     if by_obs and observation_spec is None:
         raise ValueError("normalised: normalize_observations needs the observation spec")
+    if by_obs and not isinstance(observation_spec, ObservationSpec):
+        from podracer.config import ConfigError
+
+        raise ConfigError(
+            "normalize_observations=True is not allowed with dict observations (these are a "
+            f"dict of {', '.join(sorted(observation_spec))}): it normalises array observations; "
+            "set it to False"
+        )
     obs_shape = tuple(observation_spec.shape) if by_obs else ()
 
     def observations(stats, obs):

@@ -299,7 +299,7 @@ def n_step_items(traj: Trajectory, gamma: float, n: int) -> NStepItem:
         action=traj.action,
         n_step_return=ret,
         discount=discount,
-        next_obs=traj.bootstrap_obs[last, env],
+        next_obs=jax.tree.map(lambda x: x[last, env], traj.bootstrap_obs),
     )
     return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), items)
 
@@ -509,7 +509,9 @@ def replay_init(replay: Replay, envs_per_device: int):
 
     def init(params, example_obs):
         del params
-        obs = jax.ShapeDtypeStruct(jnp.shape(example_obs), jnp.result_type(example_obs))
+        obs = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), example_obs
+        )
         item = zeros(replay.item(obs))
         if replay.window:
             return window_buffer_of(replay, envs_per_device, 1).init(item)
@@ -553,7 +555,7 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
                 f"{num_devices}"
             )
         per_device = samples // num_devices
-        example_obs = jax.ShapeDtypeStruct(traj.obs.shape[2:], traj.obs.dtype)
+        example_obs = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[2:], x.dtype), traj.obs)
         if replay.window:
             num_envs = traj.reward.shape[1]
             if num_envs != envs_per_device:

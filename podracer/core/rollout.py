@@ -25,6 +25,7 @@ from podracer.types import (
     ObservationSpec,
     TimeStep,
     no_actor_state,
+    zero_observation,
 )
 
 
@@ -103,7 +104,7 @@ class SpecEnvironment:
         self.default_params = ()
 
     def _timestep(self):
-        obs = jnp.zeros(self.observation_spec.shape, self.observation_spec.dtype)
+        obs = zero_observation(self.observation_spec, xp=jnp)
         false = jnp.zeros((), bool)
         return TimeStep(obs, jnp.zeros((), jnp.float32), false, false, obs)
 

@@ -67,7 +67,9 @@ def select_tree(done: jax.Array, on_done: Any, otherwise: Any) -> Any:
 
     def pick(a, b):
         a, b = jnp.asarray(a), jnp.asarray(b)
-        return jnp.where(jnp.reshape(done, jnp.shape(done) + (1,) * (a.ndim - jnp.ndim(done))), a, b)
+        return jnp.where(
+            jnp.reshape(done, jnp.shape(done) + (1,) * (a.ndim - jnp.ndim(done))), a, b
+        )
 
     return jax.tree.map(pick, on_done, otherwise)
 

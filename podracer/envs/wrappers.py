@@ -85,6 +85,13 @@ class ObservationMask:
         self._env = env
         self.id = env.id
         spec = env.observation_spec
+        if not isinstance(spec, ObservationSpec):
+            from podracer.config import ConfigValueError
+
+            raise ConfigValueError(
+                f"--env-observe is not allowed with {env_id or env.id}, whose observations are a "
+                f"dict of {', '.join(sorted(spec))}: it keeps entries of a vector observation"
+            )
         self.indices = check_observe(env_id or env.id, tuple(indices), tuple(spec.shape))
         self._spec = ObservationSpec((len(self.indices),), spec.dtype)
 

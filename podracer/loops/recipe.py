@@ -79,11 +79,11 @@ class Recipe(NamedTuple):
         )
 
     def example_obs(self):
-        """One zero observation of the environment's shape and dtype (NumPy)."""
-        import numpy as np
+        """One zero observation of the environment's shape and dtype (NumPy; a dict of them
+        for a dict observation)."""
+        from podracer.types import zero_observation
 
-        spec = self.env_spec.observation
-        return np.zeros(spec.shape, spec.dtype)
+        return zero_observation(self.env_spec.observation)
 
 
 def _takes(function, keyword: str) -> bool:

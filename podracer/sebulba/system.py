@@ -159,11 +159,11 @@ def host_rollout(
     )
     timers.add("inference", start)
     traj = Trajectory(
-        obs=np.stack([step.obs for step in steps]),
+        obs=jax.tree.map(lambda *xs: np.stack(xs), *[step.obs for step in steps]),
         reward=np.stack([step.reward for step in steps]).astype(np.float32),
         terminated=np.stack([step.terminated for step in steps]).astype(bool),
         truncated=np.stack([step.truncated for step in steps]).astype(bool),
-        bootstrap_obs=np.stack([step.bootstrap_obs for step in steps]),
+        bootstrap_obs=jax.tree.map(lambda *xs: np.stack(xs), *[s.bootstrap_obs for s in steps]),
         behaviour=behaviour,
         actor_state=actor_states,
     )
@@ -564,7 +564,7 @@ def warm_up_actor(agent: Agent, act, config: SebulbaConfig, example_obs, params,
     rollout's final stacking. The act compiles inside ``ops.unrolled_threefry()``: the same
     bits, and on a CPU about half the time per call."""
     acting_envs = config.async_batch_size or config.envs_per_actor
-    obs = np.zeros((acting_envs, *example_obs.shape), example_obs.dtype)
+    obs = jax.tree.map(lambda x: np.zeros((acting_envs, *x.shape), x.dtype), example_obs)
     done = np.zeros(acting_envs, bool)
     if config.async_batch_size:  # a block of keys, one per recv: AsyncCollector.rollout
         block = async_key_block(config.envs_per_actor, acting_envs, config.rollout_len)
