@@ -130,8 +130,8 @@ def test_parity_with_navix_over_auto_resets(rollouts):
 def test_inside_shard_map(env, rollouts):
     """NAVIX's lax.conds mix the state's events with constant ones (varying against replicated
     in shard_map's types): under shard_map's default check the adapter's step names the
-    problem; its reset runs there, and without the check (check_vma=False) the whole rollout
-    runs there and equals jit(vmap)'s."""
+    problem; its reset traces there, and without the check (check_vma=False) the whole
+    rollout runs there and equals jit(vmap)'s."""
     args, expected, _ = rollouts
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
@@ -143,13 +143,8 @@ def test_inside_shard_map(env, rollouts):
     def reset(keys):
         return jax.vmap(env.reset, in_axes=(0, None))(keys, ())[1]
 
-    sharded_reset = jax.jit(
-        jax.shard_map(reset, mesh=mesh, in_specs=batch, out_specs=batch), compiler_options=FAST
-    )
-    for ours, theirs in zip(
-        jax.tree.leaves(sharded_reset(placed[0])), jax.tree.leaves(expected[0]), strict=True
-    ):
-        np.testing.assert_array_equal(ours, theirs)
+    # The reset traces under the default check (lowered only: its values are compared below).
+    jax.jit(jax.shard_map(reset, mesh=mesh, in_specs=batch, out_specs=batch)).lower(placed[0])
 
     def sharded(check_vma):
         return jax.jit(
