@@ -269,6 +269,15 @@ def over_members(one_seed: Callable, local_members: int, member_loop: str, state
     return jax.vmap(one_seed)(state)
 
 
+def env_checks_vma(env) -> bool:
+    """Whether the program's ``shard_map`` checks varying manual axes (``check_vma``): yes,
+    unless the environment says its code cannot be traced so (``check_vma = False`` on an
+    adapter whose library has a ``lax.cond`` with a constant branch and a varying one, which
+    JAX 0.10 refuses inside a checked ``shard_map``). Unchecked, the program computes the same
+    numbers: the learner all-reduces its gradients itself (tests/test_anakin.py)."""
+    return bool(getattr(env, "check_vma", True))
+
+
 def make_anakin(
     recipe: Recipe,
     config: AnakinConfig,
@@ -411,6 +420,7 @@ def make_anakin(
             mesh=mesh,
             in_specs=(state_specs,),
             out_specs=(state_specs, P(MEMBER_AXIS)),
+            check_vma=env_checks_vma(env),
         )
         # Metrics come back replicated: every process can read them, even when the members
         # are split over processes (an all-gather of a few numbers per member).

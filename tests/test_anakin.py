@@ -155,3 +155,40 @@ def test_ppo_learns_cartpole_on_two_devices(two_devices):
     print(result.summary)
     assert result.summary["devices"] == 2
     assert result.summary["final_return"] >= 400.0
+
+
+class UncheckedCartPole:
+    """CartPole that asks for a shard_map without the varying-axes check (as the adapters of
+    libraries that JAX 0.10 cannot trace inside a checked one do)."""
+
+    check_vma = False
+
+    def __init__(self):
+        from podracer import envs
+
+        self._env = envs.make("gymnax:CartPole-v1")
+        self.id = "cartpole_unchecked"
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+
+def test_unchecked_shard_map_gives_the_same_params(two_devices):
+    """An environment with check_vma = False runs the whole program without the check: on two
+    devices (gradients all-reduced, episode statistics summed) its params equal the checked
+    program's, which only the check's typing differs from."""
+    from podracer import envs
+
+    envs.register("cartpole_unchecked", UncheckedCartPole)
+    try:
+        config = AnakinConfig(num_envs=4, rollout_len=16, updates_per_call=3)
+        results = [
+            train(env_id, SMALL_PPO, config, seed=0, total_timesteps=64 * 6, devices=two_devices)
+            for env_id in ("gymnax:CartPole-v1", "cartpole_unchecked")
+        ]
+    finally:
+        envs._REGISTRY.pop("cartpole_unchecked", None)
+    checked, unchecked = (jax.tree.leaves(r.state.learner.params) for r in results)
+    for a, b in zip(checked, unchecked, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    assert results[0].summary["final_return"] == results[1].summary["final_return"] > 0
