@@ -36,15 +36,15 @@ jax.random.split(key)``, and when the step's timestep is ``LAST`` the state and 
 those of ``jumanji_env.reset(reset_key)`` (``jumanji.wrappers.AutoResetWrapper``, which resets
 from the key in the state, is not used). The state is Jumanji's state.
 
-Inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10, only Snake and
-GraphColoring trace. The others' code mixes values that vary over the device axes with
-constants it makes itself, which JAX's varying-axes check refuses: a loop with a constant
-initial carry (Maze's and SlidingTilePuzzle's generators, Game2048's reset), a ``lax.cond``
-with a branch of constants (TSP, CVRP), a ``clamp`` or a comparison with constant operands
-(PacMan, Knapsack). The adapter reports it as a one-line
+Inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10, Snake, TSP, CVRP,
+Knapsack and GraphColoring trace; Game2048, Maze, SlidingTilePuzzle and PacMan do not: their
+code mixes values that vary over the device axes with constants it makes itself, which JAX's
+varying-axes check refuses (the resets of the first three loop over a constant initial carry:
+Maze's and SlidingTilePuzzle's generators, Game2048's action mask; PacMan's step clamps with
+constant bounds). The adapter reports it as a one-line
 :class:`~podracer.config.ConfigValueError`; they run under ``jit`` / ``vmap``, and so with
-``--arch sebulba`` (a JAX environment stepped from the host). (They all trace in a
-``shard_map`` with ``check_vma=False``.)
+``--arch sebulba`` (a JAX environment stepped from the host). (They trace in a ``shard_map``
+with ``check_vma=False``.)
 """
 
 from __future__ import annotations
