@@ -51,6 +51,15 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         for kind in ("gymnax", "envpool", "gymnasium")
         for task in ("Pendulum-v1", "MountainCarContinuous-v0")
     ),
+    # The JAX suites (podracer.envs.suites): MuJoCo Playground's DM Control Suite and
+    # locomotion on MJX, Craftax, Jumanji, the MiniGrids in JAX (NAVIX, XLand-MiniGrid),
+    # POPGym Arcade and pgx's single-player games.
+    "playground": ("playground:*",),
+    "craftax": ("craftax:*",),
+    "jumanji": ("jumanji:*",),
+    "minigrid": ("navix:*", "xminigrid:*"),
+    "popgym_arcade": ("popgym_arcade:*",),
+    "pgx": ("pgx:*",),
 }
 """Family name -> ``fnmatch`` patterns of the environment ids in it (the query string of an id,
 ``brax:ant?backend=positional``, is ignored)."""
