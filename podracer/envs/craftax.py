@@ -1,0 +1,169 @@
+"""Craftax (Crafter in JAX, and its larger successor) behind podracer's
+:class:`~podracer.types.Environment` contract.
+
+Ids are ``craftax:<name>`` with ``<name>`` one of :data:`KNOWN`: ``Craftax-Classic-Symbolic-v1``
+and ``Craftax-Symbolic-v1`` (observations f32 ``[1345]`` and ``[8268]``: the local map one-hot
+and the inventory and status, flattened) and the pixel variants ``Craftax-Classic-Pixels-v1``
+and ``Craftax-Pixels-v1`` (f32 ``[63, 63, 3]`` and ``[130, 110, 3]`` images in ``[0, 1]``), as
+Craftax gives them (``observation_spec`` from its observation space). Actions are discrete:
+i32 ``[]`` in ``{0, ..., 16}`` (Classic) or ``{0, ..., 42}``; every action is always legal (no
+mask; an action that cannot be done does nothing). ``default_params`` is Craftax's
+``EnvParams`` (an array pytree: a batch may vary them); keyword arguments of
+:func:`podracer.envs.make` replace its fields (``max_timesteps``: the time limit, 10,000 steps
+for Classic and 100,000 for Craftax; ``day_length``, ...), as does
+:meth:`CraftaxEnvironment.with_params`. Craftax's ``info`` (achievements, score) is not passed
+on.
+
+Termination and truncation: Craftax's ``done`` is ``is_game_over``, which is true at the time
+limit (``state.timestep >= max_timesteps``) as well as at a true end, and its
+``info["discount"]`` is 0 at both, so neither tells them apart. The adapter does: an episode is
+``terminated`` when the game is over without counting the time limit (``is_terminal`` of the
+stepped state with ``max_timesteps`` lifted: the player's death, ``player_health <= 0``, or, in
+Classic, standing in lava; in Craftax also the final boss beaten), and ``truncated`` when it
+ended at the time limit only. A death on the time limit's last step is terminated.
+
+Auto-reset: the environment is made with ``make_craftax_env_from_name(name, auto_reset=False)``
+and reset here, at the step that ends an episode, as Craftax's own auto-reset variant does:
+``step_key, reset_key = jax.random.split(key)``, Craftax's step gets ``step_key`` and, when the
+episode ended, the state and observation are those of ``craftax_env.reset(reset_key, params)``,
+``final_obs`` keeping the last observation of the episode that ended. The state is Craftax's
+``EnvState``.
+
+Not inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10's default
+checks: the observation renderers (all four variants') scan from a constant map or image as the
+initial carry to one that depends on the state, which ``shard_map``'s varying-axes check
+(``check_vma=True``) refuses ("scan body function carry input and carry output must have equal
+types"); :meth:`CraftaxEnvironment.step` reports it as a
+:class:`~podracer.config.ConfigValueError`. Its reset traces there, and so does its step under
+``jax.shard_map(..., check_vma=False)``. It runs under ``jit`` / ``vmap``, and so with
+``--arch sebulba`` (a JAX environment stepped from the host).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from podracer.config import ConfigValueError
+from podracer.envs import suites
+from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+
+PREFIX = "craftax:"
+
+KNOWN: tuple[str, ...] = (
+    "Craftax-Classic-Symbolic-v1",
+    "Craftax-Symbolic-v1",
+    "Craftax-Classic-Pixels-v1",
+    "Craftax-Pixels-v1",
+)
+"""Every environment of craftax 1.6's ``make_craftax_env_from_name`` (without its auto-reset
+aliases)."""
+
+
+def names() -> tuple[str, ...]:
+    """The names :func:`make` takes (:data:`KNOWN`)."""
+    return KNOWN
+
+
+def make(env_id: str, **kwargs: Any) -> CraftaxEnvironment:
+    """``craftax:<name>``, with fields of its ``EnvParams`` as keyword arguments."""
+    name = env_id.removeprefix(PREFIX)
+    suites.check_name(env_id, name, KNOWN, PREFIX)
+    craftax_env = suites.require("craftax.craftax_env", env_id, extra="craftax")
+    env = craftax_env.make_craftax_env_from_name(name, auto_reset=False)
+    params = env.default_params
+    fields = {field.name for field in dataclasses.fields(params)}
+    unknown = sorted(set(kwargs) - fields)
+    if unknown:
+        raise ConfigValueError(
+            f"{env_id}: {', '.join(unknown)} not among Craftax's parameters: "
+            f"{', '.join(sorted(fields))}"
+        )
+    return CraftaxEnvironment(env_id, env, params.replace(**kwargs))
+
+
+class CraftaxEnvironment:
+    """A Craftax environment, auto-resetting at the step that ends an episode, with the time
+    limit a truncation."""
+
+    def __init__(self, env_id: str, craftax_env: Any, params: Any):
+        self.id = env_id
+        self._env = craftax_env
+        self._set_params(params)
+
+    def _set_params(self, params: Any) -> None:
+        self._params = params
+        space = self._env.observation_space(params)
+        self._obs_spec = ObservationSpec(tuple(space.shape), jnp.dtype(space.dtype))
+        self._action_spec = DiscreteActionSpec(int(self._env.num_actions))
+
+    @property
+    def default_params(self) -> Any:
+        return self._params
+
+    def with_params(self, params: Any) -> CraftaxEnvironment:
+        """This environment with ``params`` as its ``default_params``."""
+        env = copy.copy(self)
+        env._set_params(params)
+        return env
+
+    @property
+    def observation_spec(self) -> ObservationSpec:
+        return self._obs_spec
+
+    @property
+    def action_spec(self) -> DiscreteActionSpec:
+        return self._action_spec
+
+    @property
+    def unwrapped(self) -> Any:
+        """The Craftax environment underneath (made with ``auto_reset=False``)."""
+        return self._env
+
+    def reset(self, key, params):
+        obs, state = self._env.reset(key, params)
+        false = jnp.zeros((), bool)
+        return state, TimeStep(
+            obs=obs,
+            reward=jnp.zeros((), jnp.float32),
+            terminated=false,
+            truncated=false,
+            final_obs=obs,
+        )
+
+    def step(self, key, state, action, params):
+        step_key, reset_key = jax.random.split(key)
+        try:
+            obs, stepped, reward, done, _ = self._env.step(
+                step_key, state, jnp.asarray(action, jnp.int32), params
+            )
+        except TypeError as error:
+            if "manual axis types" not in str(error):
+                raise
+            raise ConfigValueError(
+                f"{self.id}: Craftax's step does not trace inside jax.shard_map (Anakin, sweeps, "
+                "populations) with this JAX: its renderer scans from a constant map to one that "
+                "depends on the state, which differ in varying manual axes; run it with --arch "
+                "sebulba (stepped from the host) or under jit / vmap"
+            ) from None
+        done = jnp.asarray(done, bool)
+        # The game over without the time limit: the episode's true end.
+        no_limit = params.replace(max_timesteps=jnp.iinfo(jnp.int32).max)
+        terminated = done & jnp.asarray(self._env.is_terminal(stepped, no_limit), bool)
+        truncated = done & ~terminated
+        reset_obs, reset_state = self._env.reset(reset_key, params)
+        state, next_obs = suites.select_tree(done, (reset_state, reset_obs), (stepped, obs))
+        return state, TimeStep(
+            obs=next_obs,
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=obs,
+        )
+
+    def __repr__(self) -> str:
+        return f"CraftaxEnvironment({self.id!r})"
