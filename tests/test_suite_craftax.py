@@ -2,7 +2,8 @@
 environments equal Craftax's own reset / step driven here with the adapter's key convention and
 same-step auto-reset, with the time limit a truncation and a death a termination; inside
 shard_map its step needs check_vma=False (Craftax's renderer fails shard_map's varying-axes
-check, which the adapter names); params, specs and errors.
+check: the adapter names the problem, and the environment's check_vma = False makes Anakin run
+unchecked); params, specs and errors.
 
 A 25-step limit truncates many episodes in 200 steps; a random player seldom dies that soon,
 so the test kills some (``player_health`` set to 0 in both sides' states before a step), one of
@@ -161,6 +162,11 @@ def test_inside_shard_map(env, rollouts):
     varying in shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the rollout does
     (lowered only: Craftax compiles slowly)."""
+    from podracer.anakin import env_checks_vma
+    from podracer.envs import EpisodeStatistics
+
+    # The environment asks for an unchecked shard_map, which Anakin gives it.
+    assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     args, _, _ = rollouts
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
@@ -185,7 +191,7 @@ def test_inside_shard_map(env, rollouts):
             )
         )
 
-    with pytest.raises(ConfigValueError, match=r"step does not trace inside jax\.shard_map"):
+    with pytest.raises(ConfigValueError, match=r"step does not trace inside a jax\.shard_map"):
         sharded(True).lower(*placed)
     sharded(False).lower(*placed)
 

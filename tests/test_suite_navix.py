@@ -1,8 +1,8 @@
 """NAVIX through podracer's adapter (podracer.envs.navix): 200 steps of 4 environments equal
 NAVIX's own reset / step driven here with the adapter's key convention and same-step
-auto-reset; the adapter under jit(vmap) and inside shard_map (where its step needs
-check_vma=False: NAVIX's conds fail shard_map's varying-axes check, which the adapter names);
-specs and errors.
+auto-reset; the adapter under jit(vmap) and inside shard_map, where its step needs
+check_vma=False (NAVIX's conds fail shard_map's varying-axes check: the adapter names the
+problem, and the environment's check_vma = False makes Anakin run unchecked); specs, errors.
 
 Navix-Dynamic-Obstacles-5x5-Random-v0 with a 12-step limit: random actions hit a ball
 (termination) or run out of time (truncation) many times in 200 steps, and the balls move with
@@ -132,6 +132,11 @@ def test_inside_shard_map(env, rollouts):
     in shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the whole
     rollout runs there and equals jit(vmap)'s."""
+    from podracer.anakin import env_checks_vma
+    from podracer.envs import EpisodeStatistics
+
+    # The environment asks for an unchecked shard_map, which Anakin gives it.
+    assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     args, expected, _ = rollouts
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
@@ -158,7 +163,7 @@ def test_inside_shard_map(env, rollouts):
             compiler_options=FAST,
         )
 
-    with pytest.raises(ConfigValueError, match=r"step does not trace inside jax\.shard_map"):
+    with pytest.raises(ConfigValueError, match=r"step does not trace inside a jax\.shard_map"):
         sharded(True).lower(*placed)
     for ours, theirs in zip(
         jax.tree.leaves(sharded(False)(*placed)), jax.tree.leaves(expected), strict=True

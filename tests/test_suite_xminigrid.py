@@ -1,8 +1,9 @@
 """xminigrid through podracer's adapter (podracer.envs.xminigrid): 200 steps of 4 environments
 equal xminigrid's own reset / step driven here with the adapter's key convention and same-step
-auto-reset; the adapter under jit(vmap) and inside shard_map (where its step needs
-check_vma=False: xminigrid's conds fail shard_map's varying-axes check, which the adapter
-names); params, specs and errors.
+auto-reset; the adapter under jit(vmap) and inside shard_map, where its step needs
+check_vma=False (xminigrid's conds fail shard_map's varying-axes check: the adapter names the
+problem, and the environment's check_vma = False makes Anakin run unchecked); params, specs,
+errors.
 
 MiniGrid-EmptyRandom-5x5 with an 8-step limit: random starts, some next to the goal, so random
 actions reach it (termination) a few times in 200 steps and run out of time (truncation) many
@@ -136,6 +137,11 @@ def test_inside_shard_map(env, rollouts):
     shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the whole
     rollout runs there and equals jit(vmap)'s."""
+    from podracer.anakin import env_checks_vma
+    from podracer.envs import EpisodeStatistics
+
+    # The environment asks for an unchecked shard_map, which Anakin gives it.
+    assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     args, expected, _ = rollouts
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
@@ -162,7 +168,7 @@ def test_inside_shard_map(env, rollouts):
             compiler_options=FAST,
         )
 
-    with pytest.raises(ConfigValueError, match=r"step does not trace inside jax\.shard_map"):
+    with pytest.raises(ConfigValueError, match=r"step does not trace inside a jax\.shard_map"):
         sharded(True).lower(*placed)
     for ours, theirs in zip(
         jax.tree.leaves(sharded(False)(*placed)), jax.tree.leaves(expected), strict=True

@@ -29,14 +29,14 @@ episode ended, the state and observation are those of ``craftax_env.reset(reset_
 ``final_obs`` keeping the last observation of the episode that ended. The state is Craftax's
 ``EnvState``.
 
-Not inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10's default
-checks: the observation renderers (all four variants') scan from a constant map or image as the
-initial carry to one that depends on the state, which ``shard_map``'s varying-axes check
-(``check_vma=True``) refuses ("scan body function carry input and carry output must have equal
-types"); :meth:`CraftaxEnvironment.step` reports it as a
-:class:`~podracer.config.ConfigValueError`. Its reset traces there, and so does its step under
-``jax.shard_map(..., check_vma=False)``. It runs under ``jit`` / ``vmap``, and so with
-``--arch sebulba`` (a JAX environment stepped from the host).
+``shard_map``: the observation renderers (all four variants') scan from a constant map or image
+as the initial carry to one that depends on the state, which a ``shard_map`` that checks varying
+manual axes (JAX 0.10's default, ``check_vma=True``) refuses ("scan body function carry input
+and carry output must have equal types"). The environment says ``check_vma = False``, so Anakin
+(and the sweeps and populations) run their ``shard_map`` unchecked, where the step traces
+(tested; its values are those of ``jit`` / ``vmap`` as for the other suites); in a checked
+``shard_map`` :meth:`CraftaxEnvironment.step` raises a
+:class:`~podracer.config.ConfigValueError` that says so.
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ def make(env_id: str, **kwargs: Any) -> CraftaxEnvironment:
 class CraftaxEnvironment:
     """A Craftax environment, auto-resetting at the step that ends an episode, with the time
     limit a truncation."""
+
+    check_vma = False  # Craftax's renderers fail a checked shard_map (the module's docstring)
 
     def __init__(self, env_id: str, craftax_env: Any, params: Any):
         self.id = env_id
@@ -145,10 +147,10 @@ class CraftaxEnvironment:
             if "manual axis types" not in str(error):
                 raise
             raise ConfigValueError(
-                f"{self.id}: Craftax's step does not trace inside jax.shard_map (Anakin, sweeps, "
-                "populations) with this JAX: its renderer scans from a constant map to one that "
-                "depends on the state, which differ in varying manual axes; run it with --arch "
-                "sebulba (stepped from the host) or under jit / vmap"
+                f"{self.id}: Craftax's step does not trace inside a jax.shard_map that checks "
+                "varying manual axes: its renderer scans from a constant map to one that depends "
+                "on the state; give shard_map check_vma=False (as the environment's check_vma "
+                "attribute says, and Anakin does)"
             ) from None
         done = jnp.asarray(done, bool)
         # The game over without the time limit: the episode's true end.

@@ -29,14 +29,13 @@ jax.random.split(key)``; NAVIX's step takes no key: its own randomness, the dyna
 moves, comes from the key in its state). The state is NAVIX's ``Timestep``, which never carries
 an ended step type.
 
-Not inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10's default
-checks: NAVIX's ``lax.cond`` s return the state's events in one branch and fresh constant events
-in the other (``actions._can_walk_there``: a wall hit), which ``shard_map``'s varying-axes check
-(``check_vma=True``) refuses ("cond branches must have equal output types");
-:meth:`NavixEnvironment.step` reports it as a :class:`~podracer.config.ConfigValueError`. Its
-reset runs there, and so does its step under ``jax.shard_map(..., check_vma=False)``, with the
-values of ``jit`` / ``vmap``. It runs under ``jit`` / ``vmap``, and so with ``--arch sebulba``
-(a JAX environment stepped from the host).
+``shard_map``: NAVIX's ``lax.cond`` s return the state's events in one branch and fresh
+constant events in the other (``actions._can_walk_there``: a wall hit), which a ``shard_map``
+that checks varying manual axes (JAX 0.10's default, ``check_vma=True``) refuses ("cond branches
+must have equal output types"). The environment says ``check_vma = False``, so Anakin (and the
+sweeps and populations) run their ``shard_map`` unchecked, where the step gives the values of
+``jit`` / ``vmap`` (tested); in a checked ``shard_map`` :meth:`NavixEnvironment.step` raises a
+:class:`~podracer.config.ConfigValueError` that says so.
 """
 
 from __future__ import annotations
@@ -117,6 +116,8 @@ def make(env_id: str, **kwargs: Any) -> NavixEnvironment:
 class NavixEnvironment:
     """A NAVIX environment, auto-resetting at the step that ends an episode."""
 
+    check_vma = False  # NAVIX's lax.conds fail a checked shard_map (the module's docstring)
+
     def __init__(self, env_id: str, navix_env: Any):
         self.id = env_id
         self._env = navix_env
@@ -162,10 +163,10 @@ class NavixEnvironment:
             if "manual axis types" not in str(error):
                 raise
             raise ConfigValueError(
-                f"{self.id}: NAVIX's step does not trace inside jax.shard_map (Anakin, sweeps, "
-                "populations) with this JAX: its lax.conds return the state's events in one "
-                "branch and new constant ones in the other, which differ in varying manual "
-                "axes; run it with --arch sebulba (stepped from the host) or under jit / vmap"
+                f"{self.id}: NAVIX's step does not trace inside a jax.shard_map that checks "
+                "varying manual axes: its lax.conds return the state's events in one branch and "
+                "new constant ones in the other; give shard_map check_vma=False (as the "
+                "environment's check_vma attribute says, and Anakin does)"
             ) from None
         terminated = stepped.step_type == 2  # navix StepType.TERMINATION
         truncated = (stepped.step_type == 1) & ~terminated  # StepType.TRUNCATION

@@ -32,14 +32,14 @@ draws no random numbers), and when the episode ended the state and observation a
 ``xminigrid_env.reset(params, reset_key)``, ``final_obs`` keeping the last observation of the
 episode that ended. The state is xminigrid's ``TimeStep``.
 
-Not inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10's default
-checks: xminigrid's ``lax.cond`` s return a constant in one branch and the state in the other
-(``core.actions``: an empty pocket after putting an object down, against the pocket kept),
-which ``shard_map``'s varying-axes check (``check_vma=True``) refuses ("cond branches must have
-equal output types"); :meth:`XMiniGridEnvironment.step` reports it as a
-:class:`~podracer.config.ConfigValueError`. Its reset runs there, and so does its step under
-``jax.shard_map(..., check_vma=False)``, with the values of ``jit`` / ``vmap``. It runs under
-``jit`` / ``vmap``, and so with ``--arch sebulba`` (a JAX environment stepped from the host).
+``shard_map``: xminigrid's ``lax.cond`` s return a constant in one branch and the state in the
+other (``core.actions``: an empty pocket after putting an object down, against the pocket kept),
+which a ``shard_map`` that checks varying manual axes (JAX 0.10's default, ``check_vma=True``)
+refuses ("cond branches must have equal output types"). The environment says
+``check_vma = False``, so Anakin (and the sweeps and populations) run their ``shard_map``
+unchecked, where the step gives the values of ``jit`` / ``vmap`` (tested); in a checked
+``shard_map`` :meth:`XMiniGridEnvironment.step` raises a
+:class:`~podracer.config.ConfigValueError` that says so.
 """
 
 from __future__ import annotations
@@ -135,6 +135,8 @@ def make(env_id: str, **kwargs: Any) -> XMiniGridEnvironment:
 class XMiniGridEnvironment:
     """An xminigrid environment, auto-resetting at the step that ends an episode."""
 
+    check_vma = False  # xminigrid's lax.conds fail a checked shard_map (the module's docstring)
+
     def __init__(self, env_id: str, xminigrid_env: Any, params: Any):
         self.id = env_id
         self._env = xminigrid_env
@@ -189,10 +191,10 @@ class XMiniGridEnvironment:
             if "manual axis types" not in str(error):
                 raise
             raise ConfigValueError(
-                f"{self.id}: xminigrid's step does not trace inside jax.shard_map (Anakin, "
-                "sweeps, populations) with this JAX: its lax.conds return a constant in one "
-                "branch and the state in the other, which differ in varying manual axes; run "
-                "it with --arch sebulba (stepped from the host) or under jit / vmap"
+                f"{self.id}: xminigrid's step does not trace inside a jax.shard_map that checks "
+                "varying manual axes: its lax.conds return a constant in one branch and the "
+                "state in the other; give shard_map check_vma=False (as the environment's "
+                "check_vma attribute says, and Anakin does)"
             ) from None
         last = stepped.step_type == _LAST
         terminated = last & (stepped.discount == 0)
