@@ -6,8 +6,9 @@ Snake on a 5x5 grid with Jumanji's 10-step time limit, which Jumanji ends with a
 (discount 0), wrapped here to end some episodes earlier with ``jumanji.types.truncation``
 (discount 1, at a limit of 6 to 13 steps drawn at each reset), so that both flags occur many
 times. Actions are random among the legal ones of each observation's action_mask, drawn
-inside the rollout from the observation each side sees. Maze (nested observations) does not
-trace inside shard_map: the test checks the adapter's error."""
+inside the rollout from the observation each side sees. Inside shard_map the rollout runs
+unchecked (check_vma=False), as Anakin runs it; Maze (nested observations) does not trace in a
+checked one: the test checks the adapter's error."""
 
 import sys
 
@@ -194,13 +195,17 @@ def test_parity_with_jumanji_over_auto_resets(rollouts):
     assert not same[done].any()  # the step count differs
 
 
-def sharded_rollout(env):
+def sharded_rollout(env, check_vma):
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
     specs = (batch, time_batch, time_batch)
     sharded = jax.jit(
         jax.shard_map(
-            adapter_rollout(env), mesh=mesh, in_specs=specs, out_specs=(batch, time_batch)
+            adapter_rollout(env),
+            mesh=mesh,
+            in_specs=specs,
+            out_specs=(batch, time_batch),
+            check_vma=check_vma,
         )
     )
     placed = [
@@ -211,20 +216,30 @@ def sharded_rollout(env):
 
 
 def test_runs_inside_shard_map_as_under_jit(env, rollouts):
+    """Unchecked, as Anakin runs it (the environment's check_vma = False); Snake traces in a
+    checked shard_map too."""
+    from podracer.anakin import env_checks_vma
+    from podracer.envs import EpisodeStatistics
+
+    assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     _, ours, _ = rollouts
-    sharded, placed = sharded_rollout(env)
+    sharded, placed = sharded_rollout(env, check_vma=False)
     assert_tree_equal(sharded(*placed), ours)
+    checked, placed = sharded_rollout(env, check_vma=True)
+    jax.eval_shape(checked, *placed)
 
 
-def test_a_library_that_fails_inside_shard_map_is_reported_in_one_line():
-    """Maze's generator (a fori_loop with a constant initial carry) fails JAX's varying-axes
-    check inside shard_map; under jit it traces."""
+def test_a_library_that_fails_a_checked_shard_map_is_reported_in_one_line():
+    """Maze's generator (a fori_loop with a constant initial carry) fails a checked shard_map,
+    which the adapter names in one line; unchecked, it traces."""
     env = maze()
-    sharded, placed = sharded_rollout(env)
-    with pytest.raises(ConfigValueError, match=r"does not trace inside jax\.shard_map") as error:
+    sharded, placed = sharded_rollout(env, check_vma=True)
+    with pytest.raises(ConfigValueError, match=r"does not trace inside a jax\.shard_map") as error:
         jax.eval_shape(sharded, *placed)
     assert "\n" not in str(error.value) and "jumanji:Maze-v0" in str(error.value)
-    jax.eval_shape(jax.jit(adapter_rollout(env)), *inputs())
+    assert "check_vma=False" in str(error.value)
+    sharded, placed = sharded_rollout(env, check_vma=False)
+    jax.eval_shape(sharded, *placed)
 
 
 def test_specs(env, rollouts):

@@ -36,15 +36,15 @@ jax.random.split(key)``, and when the step's timestep is ``LAST`` the state and 
 those of ``jumanji_env.reset(reset_key)`` (``jumanji.wrappers.AutoResetWrapper``, which resets
 from the key in the state, is not used). The state is Jumanji's state.
 
-Inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10, Snake, TSP, CVRP,
-Knapsack and GraphColoring trace; Game2048, Maze, SlidingTilePuzzle and PacMan do not: their
-code mixes values that vary over the device axes with constants it makes itself, which JAX's
-varying-axes check refuses (the resets of the first three loop over a constant initial carry:
-Maze's and SlidingTilePuzzle's generators, Game2048's action mask; PacMan's step clamps with
-constant bounds). The adapter reports it as a one-line
-:class:`~podracer.config.ConfigValueError`; they run under ``jit`` / ``vmap``, and so with
-``--arch sebulba`` (a JAX environment stepped from the host). (They trace in a ``shard_map``
-with ``check_vma=False``.)
+``shard_map``: Game2048's, Maze's, SlidingTilePuzzle's and PacMan's code mixes values that
+vary over the device axes with constants it makes itself, which a ``shard_map`` that checks
+varying manual axes (JAX 0.10's default, ``check_vma=True``) refuses: their resets loop over a
+constant initial carry (Maze's and SlidingTilePuzzle's generators, Game2048's action mask), and
+PacMan's step clamps with constant bounds. (Snake, TSP, CVRP, Knapsack and GraphColoring trace
+there.) The environment says ``check_vma = False``, so Anakin (and the sweeps and populations)
+run their ``shard_map`` unchecked, where every one of them gives the values of ``jit`` /
+``vmap`` (tested for Snake); in a checked ``shard_map`` the adapter raises a one-line
+:class:`~podracer.config.ConfigValueError` that says so.
 """
 
 from __future__ import annotations
@@ -104,10 +104,8 @@ _VMA_ERRORS = (
 
 
 def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; inside ``jax.shard_map``, JAX's refusal of Jumanji's code (its varying-axes
-    check) as a one-line :class:`ConfigValueError`: Jumanji's code mixes values that vary over
-    the device axes with constants it makes itself (a loop's constant initial carry, a
-    ``lax.cond`` branch of constants, a ``clamp`` with constant bounds), which JAX 0.10 refuses."""
+    """``fn(*args)``; inside a ``jax.shard_map`` that checks varying manual axes, its refusal of
+    Jumanji's code as a one-line :class:`ConfigValueError` (the module's docstring)."""
     try:
         return fn(*args)
     except (TypeError, ValueError) as error:
@@ -116,11 +114,11 @@ def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
         ):
             raise
         raise ConfigValueError(
-            f"{env_id}: Jumanji's code does not trace inside jax.shard_map (Anakin, sweeps, "
-            "populations) with this JAX: it mixes values that vary over the device axes with "
-            "constants of its own in a loop, a lax.cond or a clamp, which JAX's varying-axes "
-            "check refuses; run it with --arch sebulba (stepped from the host) or under jit / "
-            f"vmap ({str(error).splitlines()[0]})"
+            f"{env_id}: Jumanji's code does not trace inside a jax.shard_map that checks varying "
+            "manual axes: it mixes values that vary over the device axes with constants of its "
+            "own in a loop, a lax.cond or a clamp; give shard_map check_vma=False (as the "
+            "environment's check_vma attribute says, and Anakin does) "
+            f"({str(error).splitlines()[0]})"
         ) from None
 
 
@@ -139,6 +137,8 @@ def to_dict(obs: Any) -> Any:
 class JumanjiEnvironment:
     """A Jumanji environment with one discrete action, auto-resetting at the step that ends an
     episode (``jumanji_env`` may be a ``jumanji.wrappers.Wrapper``)."""
+
+    check_vma = False  # some of Jumanji's code fails a checked shard_map (the module's docstring)
 
     def __init__(self, env_id: str, jumanji_env: Any):
         from jumanji import specs
