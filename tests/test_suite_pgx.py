@@ -1,7 +1,7 @@
 """pgx through podracer's adapter (podracer.envs.pgx): 200 steps of 4 environments equal pgx's
 own init / step driven here with the adapter's key convention and same-step auto-reset; the
-adapter under jit(vmap), and its one-line error inside shard_map (pgx's code fails JAX's
-varying-axes check); specs, refusals and errors.
+adapter under jit(vmap) and inside an unchecked shard_map (as Anakin runs it: pgx's code fails
+a checked one, for which the adapter has a one-line error); specs, refusals and errors.
 
 MinAtar Breakout with pgx's sticky actions (their draws come from the step key, so the key
 convention is compared too) and a 12-step limit: random legal actions lose the ball many times
@@ -151,24 +151,41 @@ def test_parity_with_pgx_over_auto_resets(rollouts):
     assert not same[done].all()
 
 
-def test_inside_shard_map_a_one_line_error(env):
-    """pgx's MinAtar code (a lax.cond with a branch of constants) fails JAX's varying-axes check
-    inside shard_map; the adapter says so in one line."""
+def test_inside_shard_map(env, rollouts):
+    """Unchecked, as Anakin runs it (the environment's check_vma = False), the rollout equals
+    jit(vmap)'s; pgx's MinAtar code (a lax.cond with a branch of constants) fails a checked
+    shard_map, which the adapter names in one line."""
+    from podracer.anakin import env_checks_vma
+    from podracer.envs import EpisodeStatistics
+
+    assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
+    _, expected, _ = rollouts
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
     specs = (batch, time_batch, time_batch)
-    sharded = jax.jit(
-        jax.shard_map(
-            adapter_rollout(env), mesh=mesh, in_specs=specs, out_specs=(batch, time_batch)
-        )
-    )
     placed = [
         jax.device_put(arg, NamedSharding(mesh, spec))
         for arg, spec in zip(inputs(), specs, strict=True)
     ]
-    with pytest.raises(ConfigValueError, match=r"does not trace inside jax\.shard_map") as error:
-        jax.eval_shape(sharded, *placed)
+
+    def sharded(check_vma):
+        return jax.jit(
+            jax.shard_map(
+                adapter_rollout(env),
+                mesh=mesh,
+                in_specs=specs,
+                out_specs=(batch, time_batch),
+                check_vma=check_vma,
+            )
+        )
+
+    with pytest.raises(ConfigValueError, match=r"does not trace inside a jax\.shard_map") as error:
+        jax.eval_shape(sharded(True), *placed)
     assert "\n" not in str(error.value) and f"pgx:{NAME}" in str(error.value)
+    assert "check_vma=False" in str(error.value)
+    ours = sharded(False)(*placed)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_specs(env, rollouts):

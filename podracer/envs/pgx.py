@@ -33,13 +33,14 @@ jax.random.split(key)``: pgx's ``env.step(state, action, step_key)`` (MinAtar's 
 and 2048's new tiles come from it) and, when the episode ended, ``env.init(reset_key)``; the
 state is pgx's state (``pgx.experimental.auto_reset`` is not used).
 
-Not inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10: pgx's code
-mixes values that vary over the device axes with constants it makes itself, which JAX's
-varying-axes check refuses: every MinAtar game's ``lax.cond`` s with a branch of constants
-(Breakout's ball, ...), 2048's observation (a ``fori_loop`` over a constant initial carry).
-The adapter reports it as a one-line :class:`~podracer.config.ConfigValueError`; the games run
-under ``jit`` / ``vmap``, and so with ``--arch sebulba`` (a JAX environment stepped from the
-host). (They trace in a ``shard_map`` with ``check_vma=False``.)
+``shard_map``: pgx's code mixes values that vary over the device axes with constants it makes
+itself, which a ``shard_map`` that checks varying manual axes (JAX 0.10's default,
+``check_vma=True``) refuses: every MinAtar game's ``lax.cond`` s with a branch of constants
+(Breakout's ball, ...), 2048's observation (a ``fori_loop`` over a constant initial carry). The
+environment says ``check_vma = False``, so Anakin (and the sweeps and populations) run their
+``shard_map`` unchecked, where the games give the values of ``jit`` / ``vmap`` (tested for
+Breakout); in a checked ``shard_map`` the adapter raises a one-line
+:class:`~podracer.config.ConfigValueError` that says so.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ _VMA_ERRORS = (
 
 
 def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; inside ``jax.shard_map``, JAX's refusal of pgx's code (its varying-axes
-    check) as a one-line :class:`ConfigValueError`."""
+    """``fn(*args)``; inside a ``jax.shard_map`` that checks varying manual axes, its refusal of
+    pgx's code as a one-line :class:`ConfigValueError` (the module's docstring)."""
     try:
         return fn(*args)
     except (TypeError, ValueError) as error:
@@ -86,11 +87,10 @@ def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
         ):
             raise
         raise ConfigValueError(
-            f"{env_id}: pgx's code does not trace inside jax.shard_map (Anakin, sweeps, "
-            "populations) with this JAX: it mixes values that vary over the device axes with "
-            "constants of its own in a lax.cond or a loop, which JAX's varying-axes check "
-            "refuses; run it with --arch sebulba (stepped from the host) or under jit / vmap "
-            f"({str(error).splitlines()[0]})"
+            f"{env_id}: pgx's code does not trace inside a jax.shard_map that checks varying "
+            "manual axes: it mixes values that vary over the device axes with constants of its "
+            "own in a lax.cond or a loop; give shard_map check_vma=False (as the environment's "
+            f"check_vma attribute says, and Anakin does) ({str(error).splitlines()[0]})"
         ) from None
 
 
@@ -126,6 +126,8 @@ def make(env_id: str, **kwargs: Any) -> PgxEnvironment:
 class PgxEnvironment:
     """A single-player pgx game, auto-resetting at the step that ends an episode, with an
     optional time limit (``max_episode_steps``)."""
+
+    check_vma = False  # pgx's code fails a checked shard_map (the module's docstring)
 
     def __init__(self, env_id: str, game: Any, *, max_episode_steps: int | None = None):
         if max_episode_steps is not None and int(max_episode_steps) < 1:
