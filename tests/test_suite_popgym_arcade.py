@@ -1,8 +1,8 @@
 """POPGym Arcade through podracer's adapter (podracer.envs.popgym_arcade): 200 steps of 4
 environments equal POPGym Arcade's own reset_env / step_env driven here with the adapter's key
-convention and same-step auto-reset; the adapter under jit(vmap) and inside shard_map (and its
-one-line error where POPGym Arcade's code fails JAX's varying-axes check); the time-limit rule
-of Breakout; specs, options and errors.
+convention and same-step auto-reset; the adapter under jit(vmap) and inside an unchecked
+shard_map, as Anakin runs it (and its one-line error where POPGym Arcade's code fails a checked
+one); the time-limit rule of Breakout; specs, options and errors.
 
 CountRecallEasy, partially observable (26 cards to answer, a 126-step limit), with random
 actions that confirm (fire) with probability 1/2 in two environments, which answer every card
@@ -162,7 +162,7 @@ def test_parity_with_popgym_arcade_over_auto_resets(rollouts):
     assert not same[done].any()
 
 
-def sharded_rollout(env):
+def sharded_rollout(env, check_vma):
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
     specs = (batch, time_batch, time_batch)
@@ -173,6 +173,7 @@ def sharded_rollout(env):
             mesh=mesh,
             in_specs=specs,
             out_specs=(batch, time_batch),
+            check_vma=check_vma,
         )
     )
     placed = [
@@ -183,23 +184,35 @@ def sharded_rollout(env):
 
 
 def test_runs_inside_shard_map_as_under_jit(env, rollouts):
+    """Unchecked, as Anakin runs it (the environment's check_vma = False); CountRecall traces
+    in a checked shard_map too."""
+    from podracer.anakin import env_checks_vma
+    from podracer.envs import EpisodeStatistics
+
+    assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     _, (images, first, traj, _) = rollouts
-    sharded, placed = sharded_rollout(env)
+    sharded, placed = sharded_rollout(env, check_vma=False)
     sharded_first, sharded_traj = sharded(*placed)
     np.testing.assert_array_equal(sharded_traj.final_obs, images["obs_is_final"])
     for name in ("reward", "terminated", "truncated"):
         np.testing.assert_array_equal(getattr(sharded_traj, name), getattr(traj, name))
         np.testing.assert_array_equal(getattr(sharded_first, name), getattr(first, name))
+    checked, placed = sharded_rollout(env, check_vma=True)
+    jax.eval_shape(checked, *placed)
 
 
-def test_a_library_that_fails_inside_shard_map_is_reported_in_one_line():
-    """MineSweeper's jitted render under vmap fails inside shard_map (JAX's "pvary is a
-    invariant->variant collective"); Navigator's step adds a constant to a varying value."""
-    for name in ("MineSweeperEasy", "NavigatorEasy"):
-        sharded, placed = sharded_rollout(envs.make(f"popgym_arcade:{name}"))
-        with pytest.raises(ConfigValueError, match=r"trace inside jax\.shard_map") as error:
-            jax.eval_shape(sharded, *placed)
-        assert "\n" not in str(error.value) and f"popgym_arcade:{name}" in str(error.value)
+def test_a_library_that_fails_a_checked_shard_map_is_reported_in_one_line():
+    """MineSweeper's jitted render under vmap fails inside a checked shard_map (JAX's "pvary is
+    a invariant->variant collective"), which the adapter names in one line; unchecked, it
+    traces."""
+    env = envs.make("popgym_arcade:MineSweeperEasy")
+    sharded, placed = sharded_rollout(env, check_vma=True)
+    with pytest.raises(ConfigValueError, match=r"trace inside a jax\.shard_map") as error:
+        jax.eval_shape(sharded, *placed)
+    assert "\n" not in str(error.value) and "popgym_arcade:MineSweeperEasy" in str(error.value)
+    assert "check_vma=False" in str(error.value)
+    sharded, placed = sharded_rollout(env, check_vma=False)
+    jax.eval_shape(sharded, *placed)
 
 
 def test_breakout_time_limit_is_a_truncation():

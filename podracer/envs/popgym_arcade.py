@@ -45,16 +45,16 @@ Auto-reset: at the step that ends an episode, ``step_key, reset_key = jax.random
 ``step_env(step_key, ...)`` and, when the episode ended, ``reset_env(reset_key, params)``; the
 state is the environment's state.
 
-Inside ``jax.shard_map`` (Anakin, the sweeps, the populations) with JAX 0.10, only CountRecall
-traces. The others' code mixes values that vary over the device axes with constants of its
-own, which JAX's varying-axes check refuses (a ``lax.cond`` with a branch of constants in
-CartPole, NoisyCartPole, AutoEncode, Skittles and Tetris, a ``while_loop`` over a constant
-initial carry in Breakout, an arithmetic operation on a constant in BattleShip and Navigator);
-MineSweeper's jitted ``render`` under ``vmap`` fails in JAX itself ("pvary is a
-invariant->variant collective"). The adapter reports it as a one-line
-:class:`~podracer.config.ConfigValueError`; they run under ``jit`` / ``vmap``, and so with
-``--arch sebulba`` (a JAX environment stepped from the host). (They trace in a ``shard_map``
-with ``check_vma=False``.)
+``shard_map``: all but CountRecall mix, in their code, values that vary over the device axes
+with constants of their own, which a ``shard_map`` that checks varying manual axes (JAX 0.10's
+default, ``check_vma=True``) refuses (a ``lax.cond`` with a branch of constants in CartPole,
+NoisyCartPole, AutoEncode, Skittles and Tetris, a ``while_loop`` over a constant initial carry
+in Breakout, an arithmetic operation on a constant in BattleShip and Navigator); MineSweeper's
+jitted ``render`` under ``vmap`` fails there in JAX itself ("pvary is a invariant->variant
+collective"). The environment says ``check_vma = False``, so Anakin (and the sweeps and
+populations) run their ``shard_map`` unchecked, where all 30 trace and give the values of
+``jit`` / ``vmap`` (tested for CountRecall); in a checked ``shard_map`` the adapter raises a
+one-line :class:`~podracer.config.ConfigValueError` that says so.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ _VMA_ERRORS = (
 
 
 def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; inside ``jax.shard_map``, JAX's refusal of POPGym Arcade's code (its
-    varying-axes check) as a one-line :class:`ConfigValueError`."""
+    """``fn(*args)``; inside a ``jax.shard_map`` that checks varying manual axes, its refusal of
+    POPGym Arcade's code as a one-line :class:`ConfigValueError` (the module's docstring)."""
     try:
         return fn(*args)
     except (TypeError, ValueError) as error:
@@ -116,11 +116,10 @@ def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
         ):
             raise
         raise ConfigValueError(
-            f"{env_id}: POPGym Arcade's code does not trace inside jax.shard_map (Anakin, "
-            "sweeps, populations) with this JAX: it mixes values that vary over the device "
-            "axes with constants of its own, which JAX's varying-axes check refuses; run it "
-            f"with --arch sebulba (stepped from the host) or under jit / vmap "
-            f"({str(error).splitlines()[0]})"
+            f"{env_id}: POPGym Arcade's code does not trace inside a jax.shard_map that checks "
+            "varying manual axes: it mixes values that vary over the device axes with constants "
+            "of its own; give shard_map check_vma=False (as the environment's check_vma "
+            f"attribute says, and Anakin does) ({str(error).splitlines()[0]})"
         ) from None
 
 
@@ -166,6 +165,8 @@ def make(env_id: str, **kwargs: Any) -> PopGymArcadeEnvironment:
 class PopGymArcadeEnvironment:
     """A POPGym Arcade environment driven through its ``step_env`` / ``reset_env``,
     auto-resetting at the step that ends an episode."""
+
+    check_vma = False  # POPGym Arcade's code fails a checked shard_map (the module's docstring)
 
     def __init__(self, env_id: str, game: Any, params: Any):
         from gymnax.environments import spaces
