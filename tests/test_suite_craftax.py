@@ -191,7 +191,7 @@ def test_inside_shard_map(env, rollouts):
             )
         )
 
-    with pytest.raises(ConfigValueError, match=r"step does not trace inside a jax\.shard_map"):
+    with pytest.raises(ConfigValueError, match=r"code does not trace inside a jax\.shard_map"):
         sharded(True).lower(*placed)
     sharded(False).lower(*placed)
 
@@ -247,7 +247,7 @@ def test_names_and_errors():
     from podracer.envs import craftax as craftax_envs
 
     assert craftax_envs.names() == craftax_envs.KNOWN
-    with pytest.raises(ConfigValueError, match="Did you mean craftax:'Craftax-Symbolic-v1'"):
+    with pytest.raises(ConfigValueError, match="Did you mean 'craftax:Craftax-Symbolic-v1'"):
         envs.make("craftax:Craftax-Symbolc-v1")
     with pytest.raises(ConfigValueError, match="max_steps not among Craftax's parameters"):
         envs.make(f"craftax:{NAME}", max_steps=3)

@@ -276,7 +276,7 @@ def test_names_refusals_and_errors(monkeypatch):
     from podracer.envs import jumanji as jumanji_envs
 
     assert set(jumanji_envs.KNOWN) <= set(jumanji_envs.names())
-    with pytest.raises(ConfigValueError, match="Did you mean jumanji:'Snake-v1'"):
+    with pytest.raises(ConfigValueError, match="Did you mean 'jumanji:Snake-v1'"):
         envs.make("jumanji:Snek-v1")
     # Multi-dimensional and continuous actions are refused in one line.
     for name in ("RubiksCube-partly-scrambled-v0", "MultiCVRP-v0"):

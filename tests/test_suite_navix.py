@@ -163,7 +163,7 @@ def test_inside_shard_map(env, rollouts):
             compiler_options=FAST,
         )
 
-    with pytest.raises(ConfigValueError, match=r"step does not trace inside a jax\.shard_map"):
+    with pytest.raises(ConfigValueError, match=r"code does not trace inside a jax\.shard_map"):
         sharded(True).lower(*placed)
     for ours, theirs in zip(
         jax.tree.leaves(sharded(False)(*placed)), jax.tree.leaves(expected), strict=True
@@ -192,5 +192,5 @@ def test_names_and_unknown_name():
 
     assert set(navix_envs.KNOWN) <= set(navix_envs.names())
     assert "Navix-Empty-5x5-v0" in navix_envs.names()
-    with pytest.raises(ConfigValueError, match="Did you mean navix:'Navix-Empty-6x6-v0'"):
+    with pytest.raises(ConfigValueError, match="Did you mean 'navix:Navix-Empty-6x6-v0'"):
         envs.make("navix:Navix-Empty-5x6-v0")

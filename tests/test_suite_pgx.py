@@ -220,7 +220,7 @@ def test_names_refusals_and_errors(monkeypatch):
     from podracer.envs import pgx as pgx_envs
 
     assert set(pgx_envs.KNOWN) <= set(pgx_envs.names())
-    with pytest.raises(ConfigValueError, match="Did you mean pgx:'minatar-breakout'"):
+    with pytest.raises(ConfigValueError, match="Did you mean 'pgx:minatar-breakout'"):
         envs.make("pgx:minatar-breakouts")
     for name, players in (("tic_tac_toe", 2), ("sparrow_mahjong", 3)):
         with pytest.raises(ConfigValueError, match=f"{players} players.*self-play") as error:

@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import envs
 from podracer.config import ConfigValueError
+from podracer.envs.wrappers import EpisodeStatistics
 from podracer.types import BoundedActionSpec, ObservationSpec
 
 pytest.importorskip("mujoco_playground")
@@ -174,27 +175,33 @@ def test_parity_with_playground_over_auto_resets(rollouts):
 def test_inside_shard_map(env, rollouts):
     """MJX's solver and Playground's substep loop build carries and cond branches from
     constants, which shard_map's varying-axes check refuses against per-device values: the
-    adapter traces them with varying control flow there, and the rollout equals
-    jit(vmap)'s."""
+    environment says check_vma = False, unchecked the rollout equals jit(vmap)'s, and a checked
+    shard_map gives a one-line error that says so."""
     args, expected, _ = rollouts
+    assert EpisodeStatistics(env).check_vma is False
     mesh = jax.make_mesh((1,), ("data",))
     batch, time_batch = P("data"), P(None, "data")
     placed = [
         jax.device_put(arg, NamedSharding(mesh, spec))
         for arg, spec in zip(args, (batch, time_batch, time_batch), strict=True)
     ]
-    sharded = jax.jit(
-        jax.shard_map(
-            adapter_rollout(env),
-            mesh=mesh,
-            in_specs=(batch, time_batch, time_batch),
-            out_specs=(batch, time_batch),
-        ),
-        compiler_options=FAST_COMPILE,
-    )
-    for ours, theirs in zip(plain(sharded(*placed)), plain(expected), strict=True):
+
+    def sharded(check_vma):
+        return jax.jit(
+            jax.shard_map(
+                adapter_rollout(env),
+                mesh=mesh,
+                in_specs=(batch, time_batch, time_batch),
+                out_specs=(batch, time_batch),
+                check_vma=check_vma,
+            ),
+            compiler_options=FAST_COMPILE,
+        )
+
+    for ours, theirs in zip(plain(sharded(False)(*placed)), plain(expected), strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
-    assert jax.lax.scan.__module__.startswith("jax"), "jax.lax.scan was left replaced"
+    with pytest.raises(ConfigValueError, match=r"does not trace inside a jax\.shard_map"):
+        sharded(True).lower(*placed)
 
 
 def test_specs(env, rollouts):
@@ -276,7 +283,7 @@ def test_names_and_errors():
 
     assert set(playground.KNOWN) <= set(playground.names())
     assert "Go1JoystickFlatTerrain" in playground.names()
-    with pytest.raises(ConfigValueError, match="Did you mean playground:'CartpoleBalance'"):
+    with pytest.raises(ConfigValueError, match="Did you mean 'playground:CartpoleBalance'"):
         envs.make("playground:CartpoleBalanse")
     with pytest.raises(ConfigValueError, match="is not one of the playground: environments"):
         envs.make("playground:PandaPickCube")  # manipulation: not adapted

@@ -264,7 +264,7 @@ def test_names_and_errors(monkeypatch):
     from podracer.envs import popgym_arcade as arcade_envs
 
     assert set(arcade_envs.KNOWN) <= set(arcade_envs.names()) and len(arcade_envs.names()) == 30
-    with pytest.raises(ConfigValueError, match="Did you mean popgym_arcade:'CountRecallEasy'"):
+    with pytest.raises(ConfigValueError, match="Did you mean 'popgym_arcade:CountRecallEasy'"):
         envs.make("popgym_arcade:CountRecalEasy")
     monkeypatch.setitem(sys.modules, "popgym_arcade", None)
     with pytest.raises(ConfigValueError) as error:

@@ -168,7 +168,7 @@ def test_inside_shard_map(env, rollouts):
             compiler_options=FAST,
         )
 
-    with pytest.raises(ConfigValueError, match=r"step does not trace inside a jax\.shard_map"):
+    with pytest.raises(ConfigValueError, match=r"code does not trace inside a jax\.shard_map"):
         sharded(True).lower(*placed)
     for ours, theirs in zip(
         jax.tree.leaves(sharded(False)(*placed)), jax.tree.leaves(expected), strict=True
@@ -212,7 +212,7 @@ def test_names_and_errors():
 
     assert set(xminigrid_envs.KNOWN) <= set(xminigrid_envs.names())
     assert "MiniGrid-Empty-5x5" in xminigrid_envs.names()
-    with pytest.raises(ConfigValueError, match="Did you mean xminigrid:'MiniGrid-Empty-5x5'"):
+    with pytest.raises(ConfigValueError, match="Did you mean 'xminigrid:MiniGrid-Empty-5x5'"):
         envs.make("xminigrid:MiniGrid-Empty-5x4")
     with pytest.raises(ConfigValueError, match="max_step not among xminigrid's parameters"):
         envs.make("xminigrid:MiniGrid-Empty-5x5", max_step=3)

@@ -139,19 +139,15 @@ class CraftaxEnvironment:
 
     def step(self, key, state, action, params):
         step_key, reset_key = jax.random.split(key)
-        try:
-            obs, stepped, reward, done, _ = self._env.step(
-                step_key, state, jnp.asarray(action, jnp.int32), params
-            )
-        except TypeError as error:
-            if "manual axis types" not in str(error):
-                raise
-            raise ConfigValueError(
-                f"{self.id}: Craftax's step does not trace inside a jax.shard_map that checks "
-                "varying manual axes: its renderer scans from a constant map to one that depends "
-                "on the state; give shard_map check_vma=False (as the environment's check_vma "
-                "attribute says, and Anakin does)"
-            ) from None
+        obs, stepped, reward, done, _ = suites.traced(
+            self.id,
+            "Craftax",
+            self._env.step,
+            step_key,
+            state,
+            jnp.asarray(action, jnp.int32),
+            params,
+        )
         done = jnp.asarray(done, bool)
         # The game over without the time limit: the episode's true end.
         no_limit = params.replace(max_timesteps=jnp.iinfo(jnp.int32).max)

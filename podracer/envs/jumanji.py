@@ -96,32 +96,6 @@ def make(env_id: str, **kwargs: Any) -> JumanjiEnvironment:
     return JumanjiEnvironment(env_id, jumanji.make(name, **kwargs))
 
 
-_VMA_ERRORS = (
-    "manual axis types do not match",
-    "branches must have equal output types",
-    "requires varying manual axes to match",
-)
-
-
-def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; inside a ``jax.shard_map`` that checks varying manual axes, its refusal of
-    Jumanji's code as a one-line :class:`ConfigValueError` (the module's docstring)."""
-    try:
-        return fn(*args)
-    except (TypeError, ValueError) as error:
-        if not jax.sharding.get_abstract_mesh().manual_axes or not any(
-            text in str(error) for text in _VMA_ERRORS
-        ):
-            raise
-        raise ConfigValueError(
-            f"{env_id}: Jumanji's code does not trace inside a jax.shard_map that checks varying "
-            "manual axes: it mixes values that vary over the device axes with constants of its "
-            "own in a loop, a lax.cond or a clamp; give shard_map check_vma=False (as the "
-            "environment's check_vma attribute says, and Anakin does) "
-            f"({str(error).splitlines()[0]})"
-        ) from None
-
-
 def to_dict(obs: Any) -> Any:
     """A Jumanji observation as a dict of arrays: named tuples and dataclasses become dicts of
     their fields (recursively), arrays stay arrays."""
@@ -190,7 +164,7 @@ class JumanjiEnvironment:
 
     def reset(self, key, params):
         del params
-        state, timestep = in_shard_map(self.id, self._env.reset, key)
+        state, timestep = suites.traced(self.id, "Jumanji", self._env.reset, key)
         obs = to_dict(timestep.observation)
         false = jnp.zeros((), bool)
         timestep = TimeStep(
@@ -208,11 +182,11 @@ class JumanjiEnvironment:
         del params
         _, reset_key = jax.random.split(key)  # the step key: Jumanji's step takes none
         action = jnp.asarray(action, self._action_dtype)
-        stepped, timestep = in_shard_map(self.id, self._env.step, state, action)
+        stepped, timestep = suites.traced(self.id, "Jumanji", self._env.step, state, action)
         last = timestep.step_type == _LAST
         terminated = last & (timestep.discount == 0)
         truncated = last & ~terminated
-        fresh, first = in_shard_map(self.id, self._env.reset, reset_key)
+        fresh, first = suites.traced(self.id, "Jumanji", self._env.reset, reset_key)
         final_obs = to_dict(timestep.observation)
         state, obs = suites.select_tree(
             last, (fresh, to_dict(first.observation)), (stepped, final_obs)

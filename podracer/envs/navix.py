@@ -45,7 +45,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.config import ConfigValueError
 from podracer.envs import suites
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
 
@@ -157,17 +156,9 @@ class NavixEnvironment:
     def step(self, key, state, action, params):
         del params
         _, reset_key = jax.random.split(key)  # the step key: NAVIX's step takes none
-        try:
-            stepped = self._env._step(state, jnp.asarray(action, jnp.int32))
-        except TypeError as error:
-            if "manual axis types" not in str(error):
-                raise
-            raise ConfigValueError(
-                f"{self.id}: NAVIX's step does not trace inside a jax.shard_map that checks "
-                "varying manual axes: its lax.conds return the state's events in one branch and "
-                "new constant ones in the other; give shard_map check_vma=False (as the "
-                "environment's check_vma attribute says, and Anakin does)"
-            ) from None
+        stepped = suites.traced(
+            self.id, "NAVIX", self._env._step, state, jnp.asarray(action, jnp.int32)
+        )
         terminated = stepped.step_type == 2  # navix StepType.TERMINATION
         truncated = (stepped.step_type == 1) & ~terminated  # StepType.TRUNCATION
         done = terminated | truncated

@@ -69,31 +69,6 @@ KNOWN: tuple[str, ...] = (
 2048 and MinAtar Breakout against pgx directly)."""
 
 
-_VMA_ERRORS = (
-    "manual axis types do not match",
-    "branches must have equal output types",
-    "requires varying manual axes to match",
-)
-
-
-def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; inside a ``jax.shard_map`` that checks varying manual axes, its refusal of
-    pgx's code as a one-line :class:`ConfigValueError` (the module's docstring)."""
-    try:
-        return fn(*args)
-    except (TypeError, ValueError) as error:
-        if not jax.sharding.get_abstract_mesh().manual_axes or not any(
-            text in str(error) for text in _VMA_ERRORS
-        ):
-            raise
-        raise ConfigValueError(
-            f"{env_id}: pgx's code does not trace inside a jax.shard_map that checks varying "
-            "manual axes: it mixes values that vary over the device axes with constants of its "
-            "own in a lax.cond or a loop; give shard_map check_vma=False (as the environment's "
-            f"check_vma attribute says, and Anakin does) ({str(error).splitlines()[0]})"
-        ) from None
-
-
 def names() -> tuple[str, ...]:
     """Every game of pgx's registry (``pgx`` must be installed); those of more than one player
     are refused by :func:`make`."""
@@ -164,7 +139,7 @@ class PgxEnvironment:
 
     def reset(self, key, params):
         del params
-        state = in_shard_map(self.id, self._env.init, key)
+        state = suites.traced(self.id, "pgx", self._env.init, key)
         obs = self._observe(state)
         false = jnp.zeros((), bool)
         timestep = TimeStep(
@@ -182,7 +157,7 @@ class PgxEnvironment:
         del params
         step_key, reset_key = jax.random.split(key)
         action = jnp.asarray(action, jnp.int32)
-        stepped = in_shard_map(self.id, self._env.step, state, action, step_key)
+        stepped = suites.traced(self.id, "pgx", self._env.step, state, action, step_key)
         terminated = jnp.asarray(stepped.terminated, bool)
         truncated = jnp.asarray(stepped.truncated, bool)
         if self.max_episode_steps is not None:
@@ -190,7 +165,7 @@ class PgxEnvironment:
         truncated = truncated & ~terminated
         done = terminated | truncated
         final_obs = self._observe(stepped)
-        fresh = in_shard_map(self.id, self._env.init, reset_key)
+        fresh = suites.traced(self.id, "pgx", self._env.init, reset_key)
         state = suites.select_tree(done, fresh, stepped)
         return state, TimeStep(
             obs=self._observe(state),

@@ -52,14 +52,13 @@ randomness is the ``info["rng"]`` kept in the state), the reset gets ``reset_key
 
 Inside ``jax.shard_map`` (Anakin, sweeps, populations): MJX and Playground build loop carries
 and ``lax.cond`` branches from fresh constants (the solver's line search starts from
-``swap=True``; ``qfrc_gravcomp`` is a new zero array), which JAX 0.10's varying-axes check
-refuses against the per-device state ("cond branches must have equal output types", "scan body
-function carry input and carry output must have equal types"). While the adapter traces
-Playground's reset and step inside ``shard_map``, it gives them a ``jax.lax.scan``,
-``while_loop`` and ``cond`` that mark their carries and branch outputs as varying over the
-mesh's manual axes (``lax.pcast``, a type cast that computes nothing), and puts them back after.
-Outside ``shard_map`` nothing is replaced. (With ``impl="warp"``, marking the state and the
-action as varying is enough there: Warp's kernels are single foreign calls.)
+``swap=True``; ``qfrc_gravcomp`` is a new zero array), which a ``shard_map`` that checks varying
+manual axes (JAX 0.10's default, ``check_vma=True``) refuses against the per-device state
+("cond branches must have equal output types", "scan body function carry input and carry output
+must have equal types"). The environment says ``check_vma = False``, so Anakin (and the sweeps
+and populations) run their ``shard_map`` unchecked, where reset and step give the values of
+``jit`` / ``vmap`` (tested); in a checked ``shard_map`` they raise a one-line
+:class:`~podracer.config.ConfigValueError` that says so.
 
 Locomotion environments need the MuJoCo Menagerie robot models, which Playground clones with
 git into its package directory on first use; the adapter does not start that clone: without
@@ -69,8 +68,6 @@ fetches them.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from typing import Any
 
 import jax
@@ -80,7 +77,6 @@ from flax import struct
 
 from podracer.config import ConfigValueError
 from podracer.envs import suites
-from podracer.ops import varying_axes
 from podracer.types import BoundedActionSpec, TimeStep
 
 PREFIX = "playground:"
@@ -159,72 +155,10 @@ def _select(done: jax.Array, on_done: Any, otherwise: Any) -> Any:
     )
 
 
-def _manual_axes() -> tuple[str, ...]:
-    """The mesh axes of the ``shard_map`` being traced (empty outside one)."""
-    return tuple(jax.sharding.get_abstract_mesh().manual_axes)
-
-
-def _vary(tree: Any, axes: tuple[str, ...]) -> Any:
-    """Each leaf of ``tree`` marked as varying over ``axes`` (a no-op cast of the types)."""
-    if not axes:
-        return tree
-
-    def one(x):
-        x = jnp.asarray(x)
-        missing = tuple(axis for axis in axes if axis not in varying_axes(x))
-        return jax.lax.pcast(x, missing, to="varying") if missing else x
-
-    return jax.tree.map(one, tree)
-
-
-_LAX_LOCK = threading.RLock()
-
-
-@contextlib.contextmanager
-def _varying_control_flow():
-    """Inside ``shard_map``: ``jax.lax.scan`` / ``while_loop`` / ``cond`` replaced, while the
-    block runs, by ones whose carries and branch outputs vary over the mesh's manual axes (see
-    the module docstring); outside ``shard_map``, nothing. The lock keeps two threads tracing
-    Playground from taking each other's replacements for JAX's functions."""
-    axes = _manual_axes()
-    if not axes:
-        yield
-        return
-    with _LAX_LOCK:  # the functions in place now (this thread's own replacements, if nested)
-        lax = jax.lax
-        scan, while_loop, cond = lax.scan, lax.while_loop, lax.cond
-        lax.scan, lax.while_loop, lax.cond = _varying(scan, while_loop, cond, axes)
-        try:
-            yield
-        finally:
-            lax.scan, lax.while_loop, lax.cond = scan, while_loop, cond
-
-
-def _varying(scan, while_loop, cond, axes: tuple[str, ...]):
-    """``scan``, ``while_loop`` and ``cond`` whose carries and branch outputs are marked as
-    varying over ``axes``."""
-
-    def varying_scan(f, init, *args, **kwargs):
-        def body(carry, x):
-            carry, y = f(carry, x)
-            return _vary(carry, axes), y
-
-        return scan(body, _vary(init, axes), *args, **kwargs)
-
-    def varying_while_loop(cond_fun, body_fun, init_val):
-        return while_loop(cond_fun, lambda val: _vary(body_fun(val), axes), _vary(init_val, axes))
-
-    def varying_branch(fn):
-        return (lambda *a, **k: _vary(fn(*a, **k), axes)) if callable(fn) else fn
-
-    def varying_cond(pred, true_fun, false_fun, *operands, **kwargs):
-        return cond(pred, varying_branch(true_fun), varying_branch(false_fun), *operands, **kwargs)
-
-    return varying_scan, varying_while_loop, varying_cond
-
-
 class PlaygroundEnvironment:
     """One Playground environment with podracer's ``TimeStep`` (see the module docstring)."""
+
+    check_vma = False  # MJX's solver and Playground's loops fail a checked shard_map
 
     def __init__(
         self,
@@ -312,50 +246,46 @@ class PlaygroundEnvironment:
         return self._env
 
     def _reset(self, key) -> Any:
-        with _varying_control_flow():
-            return _strong(self._env.reset(key))
+        return _strong(suites.traced(self.id, "MuJoCo Playground", self._env.reset, key))
 
     def _step_once(self, env_state: Any, action: jax.Array) -> Any:
         # A copy of the state's containers: Playground's steps write into state.info and
         # state.metrics, which must stay the previous state's when a repeat is frozen.
         env_state = jax.tree.map(lambda x: x, env_state)
-        with _varying_control_flow():
-            return _strong(self._env.step(env_state, action))
+        return _strong(
+            suites.traced(self.id, "MuJoCo Playground", self._env.step, env_state, action)
+        )
 
     def _step(self, env_state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
         """Steps Playground ``action_repeat`` times; the state and the summed reward."""
         if self.action_repeat == 1:
             stepped = self._step_once(env_state, action)
             return stepped, jnp.asarray(stepped.reward, jnp.float32)
-        axes = _manual_axes()
 
         def repeat(carry, _):
             state, total, ended = carry
             stepped = self._step_once(state, action)
             total = total + jnp.where(ended, 0.0, stepped.reward).astype(jnp.float32)
             stepped = _select(ended, state, stepped)  # frozen after a termination
-            return _vary((stepped, total, ended | (stepped.done > 0)), axes), None
+            return (stepped, total, ended | (stepped.done > 0)), None
 
-        start = _vary((env_state, jnp.zeros((), jnp.float32), jnp.zeros((), bool)), axes)
+        start = (env_state, jnp.zeros((), jnp.float32), jnp.zeros((), bool))
         (env_state, total, _), _ = jax.lax.scan(repeat, start, None, self.action_repeat)
         return env_state, total
 
     def reset(self, key, params=()):
         del params
-        axes = _manual_axes()
         env_state = self._reset(key)
         obs = self._observation(env_state.obs)
         false = jnp.zeros((), bool)
         state = PlaygroundState(env_state, jnp.zeros((), jnp.int32))
         timestep = TimeStep(obs, jnp.zeros((), jnp.float32), false, false, obs)
-        return _vary((state, timestep), axes)
+        return state, timestep
 
     def step(self, key, state: PlaygroundState, action, params=()):
         del params
-        axes = _manual_axes()
         _, reset_key = jax.random.split(key)  # the step key: Playground's step takes none
-        action = _vary(jnp.asarray(action, jnp.float32), axes)
-        stepped, reward = self._step(_vary(state.env_state, axes), action)
+        stepped, reward = self._step(state.env_state, jnp.asarray(action, jnp.float32))
         steps = state.steps + self.action_repeat
         terminated = jnp.asarray(stepped.done > 0, bool)
         truncated = ~terminated & (steps >= self.episode_length)
@@ -364,7 +294,7 @@ class PlaygroundEnvironment:
         steps = jnp.where(done, 0, steps).astype(jnp.int32)
         obs = self._observation(env_state.obs)
         timestep = TimeStep(obs, reward, terminated, truncated, self._observation(stepped.obs))
-        return _vary((PlaygroundState(env_state, steps), timestep), axes)
+        return PlaygroundState(env_state, steps), timestep
 
     def __repr__(self) -> str:
         return f"PlaygroundEnvironment({self.id!r})"

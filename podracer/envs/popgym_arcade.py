@@ -97,31 +97,6 @@ TIME_LIMIT_IN_TERMINATED = ("Breakout", "Tetris")
 OBS_SIZES = (128, 256)
 """The image sides POPGym Arcade draws."""
 
-_VMA_ERRORS = (
-    "manual axis types do not match",
-    "branches must have equal output types",
-    "requires varying manual axes to match",
-    "pvary is a invariant->variant collective",
-)
-
-
-def in_shard_map(env_id: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; inside a ``jax.shard_map`` that checks varying manual axes, its refusal of
-    POPGym Arcade's code as a one-line :class:`ConfigValueError` (the module's docstring)."""
-    try:
-        return fn(*args)
-    except (TypeError, ValueError) as error:
-        if not jax.sharding.get_abstract_mesh().manual_axes or not any(
-            text in str(error) for text in _VMA_ERRORS
-        ):
-            raise
-        raise ConfigValueError(
-            f"{env_id}: POPGym Arcade's code does not trace inside a jax.shard_map that checks "
-            "varying manual axes: it mixes values that vary over the device axes with constants "
-            "of its own; give shard_map check_vma=False (as the environment's check_vma "
-            f"attribute says, and Anakin does) ({str(error).splitlines()[0]})"
-        ) from None
-
 
 def _require(env_id: str) -> Any:
     """``import popgym_arcade``, or the one-line error that says how it is installed."""
@@ -215,7 +190,7 @@ class PopGymArcadeEnvironment:
         return self._env
 
     def reset(self, key, params):
-        obs, state = in_shard_map(self.id, self._env.reset_env, key, params)
+        obs, state = suites.traced(self.id, "POPGym Arcade", self._env.reset_env, key, params)
         false = jnp.zeros((), bool)
         timestep = TimeStep(
             obs=obs,
@@ -231,8 +206,8 @@ class PopGymArcadeEnvironment:
     def step(self, key, state, action, params):
         step_key, reset_key = jax.random.split(key)
         action = jnp.asarray(action, jnp.int32)
-        obs, stepped, reward, done, info = in_shard_map(
-            self.id, self._env.step_env, step_key, state, action, params
+        obs, stepped, reward, done, info = suites.traced(
+            self.id, "POPGym Arcade", self._env.step_env, step_key, state, action, params
         )
         truncated = jnp.asarray(info["truncated"], bool)
         terminated = jnp.asarray(info["terminated"], bool)
@@ -240,7 +215,9 @@ class PopGymArcadeEnvironment:
             terminated = terminated & ~truncated
         terminated = terminated | (jnp.asarray(done, bool) & ~truncated)
         truncated = truncated & ~terminated
-        fresh_obs, fresh = in_shard_map(self.id, self._env.reset_env, reset_key, params)
+        fresh_obs, fresh = suites.traced(
+            self.id, "POPGym Arcade", self._env.reset_env, reset_key, params
+        )
         state, next_obs = suites.select_tree(
             terminated | truncated, (fresh, fresh_obs), (stepped, obs)
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -53,11 +53,42 @@ def check_name(env_id: str, name: str, known: Iterable[str], family: str) -> Non
     if name in known:
         return
     close = difflib.get_close_matches(name, known, n=1)
-    hint = f" Did you mean {family}{close[0]!r}?" if close else ""
+    hint = f" Did you mean {family + close[0]!r}?" if close else ""
     raise ConfigValueError(
         f"unknown environment id {env_id!r}: {name!r} is not one of the {family} environments "
         f"podracer adapts.{hint} Known: {', '.join(known)}"
     )
+
+
+VMA_ERRORS = (
+    "manual axis types do not match",
+    "branches must have equal output types",
+    "requires varying manual axes to match",
+    "must have equal types",
+    "pvary is a invariant->variant collective",
+)
+"""What JAX 0.10 says when a checked ``shard_map`` refuses code that mixes values varying over
+the device axes with constants of its own (in a ``lax.cond``'s branches, a loop's carry)."""
+
+
+def traced(env_id: str, library: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` (a library's reset or step); inside a ``jax.shard_map`` that checks varying
+    manual axes, its refusal of the library's code as a one-line :class:`ConfigValueError`
+    (an adapter whose library needs it says ``check_vma = False``: Anakin runs its
+    ``shard_map`` unchecked)."""
+    try:
+        return fn(*args)
+    except (TypeError, ValueError) as error:
+        if not jax.sharding.get_abstract_mesh().manual_axes or not any(
+            text in str(error) for text in VMA_ERRORS
+        ):
+            raise
+        raise ConfigValueError(
+            f"{env_id}: {library}'s code does not trace inside a jax.shard_map that checks "
+            "varying manual axes: it mixes values that vary over the device axes with constants "
+            "of its own (in a lax.cond or a loop); give shard_map check_vma=False, as the "
+            f"environment's check_vma attribute says and Anakin does ({str(error).splitlines()[0]})"
+        ) from None
 
 
 def select_tree(done: jax.Array, on_done: Any, otherwise: Any) -> Any:

@@ -185,17 +185,9 @@ class XMiniGridEnvironment:
 
     def step(self, key, state, action, params):
         _, reset_key = jax.random.split(key)  # the step key: xminigrid's step takes none
-        try:
-            stepped = self._env.step(params, state, jnp.asarray(action, jnp.int32))
-        except TypeError as error:
-            if "manual axis types" not in str(error):
-                raise
-            raise ConfigValueError(
-                f"{self.id}: xminigrid's step does not trace inside a jax.shard_map that checks "
-                "varying manual axes: its lax.conds return a constant in one branch and the "
-                "state in the other; give shard_map check_vma=False (as the environment's "
-                "check_vma attribute says, and Anakin does)"
-            ) from None
+        stepped = suites.traced(
+            self.id, "xminigrid", self._env.step, params, state, jnp.asarray(action, jnp.int32)
+        )
         last = stepped.step_type == _LAST
         terminated = last & (stepped.discount == 0)
         truncated = last & ~terminated
