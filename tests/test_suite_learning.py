@@ -45,3 +45,46 @@ def test_ppo_solves_navix_empty(suite_learning):
     assert record["total_steps"] >= 99_000
     assert 0.1 < record["random_return"] < 0.6, record
     assert record["trained_return"] >= 0.9, record
+
+
+SNAKE_SIZE = 6
+SNAKE_TIME_LIMIT = 200
+
+
+@pytest.mark.slow
+def test_ppo_beats_random_legal_on_a_small_snake(suite_learning, monkeypatch):
+    """Jumanji's Snake at 6x6 with a 200-step limit (``jumanji.make`` keywords): the default
+    12x12 with its 4,000-step limit needs about 3e5 steps, minutes on 2 cores. PPO with its
+    ``snake`` preset, 6e4 steps: its stochastic policy eats at least twice the fruits of the
+    uniformly random legal policy over the same 128 full episodes (measured: 11.2 against 3.6;
+    the greedy policy circles, so it is not the one measured). The random legal policy eats
+    some (>= 2: measured 3.6), so twice it is a real margin."""
+    pytest.importorskip("jumanji")
+    import podracer
+    from podracer import agents, envs
+    from podracer.runs import RunSpec
+
+    monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
+    envs.register(
+        "small_snake",
+        lambda: envs.make(
+            "jumanji:Snake-v1",
+            num_rows=SNAKE_SIZE,
+            num_cols=SNAKE_SIZE,
+            time_limit=SNAKE_TIME_LIMIT,
+        ),
+    )
+    preset = agents.get("ppo").presets["snake"]
+    spec = RunSpec(
+        arch="anakin",
+        agent="ppo",
+        env="small_snake",
+        seed=0,
+        total_timesteps=60_000,
+        agent_config=podracer.PPOConfig(**preset["agent"]),
+        arch_config=podracer.AnakinConfig(**preset["anakin"]),
+    )
+    record = suite_learning.measure(spec, episodes=128, policy="stochastic", both=False)
+    assert record["unfinished"] == 0
+    assert record["random_return"] >= 2.0, record
+    assert record["trained_return"] >= 2 * record["random_return"], record

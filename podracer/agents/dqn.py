@@ -391,5 +391,26 @@ SPEC = AgentSpec(
                 "epsilon_decay": 0.5,
             },
         },
+        # Jumanji's Snake (jumanji:Snake-v1; the family "snake": PPO's snake preset says why it
+        # is one and what podracer/presets.py needs for it): the grid through the MinAtar CNN
+        # ([H, W, C]) as Jumanji's Snake network does, the unscaled step count (0 to 4,000)
+        # through the 128-128 MLP with tanh, where it saturates (with relu it grows with the
+        # step count into every q-value: 7.5 fruits an episode against tanh's 10.4 at 3e5
+        # steps, the random legal policy 5.9). One gradient step of 128 per 16 environment
+        # steps (replay ratio 1/16, the default's quarter: the CNN's gradient steps cost far
+        # more than Snake's steps; about 700 steps/s on 2 busy cores), learning after 10,000
+        # steps, epsilon 1 -> 0.05 (the classic_control preset's floor) over the first 30%.
+        # At 3e5 steps its epsilon-greedy policy (0.05) eats 10.4 against the random legal
+        # policy's 5.9, its greedy one 1.6 (benchmarks/README.md, "JAX suites: learning").
+        "snake": {
+            "agent": {
+                "leaf_torsos": ("grid=minatar_cnn",),
+                "channels_first": False,
+                "activation": "tanh",
+                "replay_ratio": 0.0625,
+                "learning_starts": 10_000,
+                "epsilon_finish": 0.05,
+            },
+        },
     },
 )

@@ -316,6 +316,32 @@ SPEC = AgentSpec(
             "anakin": {"num_envs": 64, "rollout_len": 64},
             "sebulba": {"envs_per_actor": 64, "rollout_len": 64},
         },
+        # Jumanji's Snake (jumanji:Snake-v1): the family "snake", jumanji:Snake-*, which must come
+        # before "jumanji" in podracer/presets.py's FAMILIES (until it does, this preset is not
+        # applied: give its values as flags). Not the jumanji family's: the "grid" entry is
+        # Snake's, and the family's other games fail with this network. The grid [12, 12, 5]
+        # goes through the MinAtar CNN ([H, W, C]), as Jumanji's own Snake network is a small CNN
+        # over the grid (jumanji/training/networks/snake/actor_critic.py); the step count (0 to
+        # 4,000, unscaled: normalize_observations takes no dicts) goes through the 64-64 tanh
+        # MLP, where it saturates. A flat MLP over both learnt nothing: 6.1 fruits an episode
+        # against the random legal policy's 6.0 at 5e5 steps (relu 256-256; the default tanh
+        # 64-64 at 2e5: 1.1). lr 1e-3 and gamma 0.99 instead of Jumanji's A2C rates (3e-4, 0.997;
+        # jumanji/training/configs/env/snake.yaml): on a 6x6 Snake with a 200-step limit they
+        # gave 11.2 fruits after 6e4 steps against 5.1 (random: 3.6). 16 envs x 64 steps, 8
+        # minibatches. At 5e5 steps its stochastic policy eats 16.2 against the random legal
+        # policy's 6.1 (benchmarks/README.md, "JAX suites: learning"); its greedy one circles
+        # (with the mask it cannot die) and eats 2.5.
+        "snake": {
+            "agent": {
+                "lr": 1e-3,
+                "gamma": 0.99,
+                "num_minibatches": 8,
+                "leaf_torsos": ("grid=minatar_cnn",),
+                "channels_first": False,
+            },
+            "anakin": {"num_envs": 16, "rollout_len": 64},
+            "sebulba": {"envs_per_actor": 16, "rollout_len": 64},
+        },
     },
     search_space={
         "lr": Space(1e-6, 1e-1, log=True),
