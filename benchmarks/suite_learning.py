@@ -27,6 +27,9 @@ After training, in the same process:
   observation's ``action_mask`` allows, among all of them without one) plays as many full
   episodes, from the same initial states (the evaluator's key for seed ``--seed``).
 
+``--policy-only`` skips the trained policy's other evaluation (on Craftax each one replays its
+episodes' world generation: minutes on a CPU).
+
 One JSON line on stdout: ``env``, ``agent``, ``seed``, ``total_steps`` (steps trained),
 ``policy`` (which of the trained policy's evaluations is ``trained_return``: ``--policy``,
 default greedy), ``trained_return``, ``random_return``, ``ratio`` (``trained_return /
@@ -175,6 +178,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--policy", choices=POLICIES, default="greedy", help="the trained policy's headline figure"
     )
+    parser.add_argument(
+        "--policy-only",
+        action="store_true",
+        help="evaluate the trained policy only as --policy says (the other's fields null)",
+    )
     parser.add_argument("--out", help="also append the JSON line to this file")
     args, train_argv = parser.parse_known_args(argv)
     if args.episodes < 1:
@@ -189,6 +197,7 @@ def main(argv=None) -> int:
             spec,
             episodes=args.episodes,
             policy=args.policy,
+            both=not args.policy_only,
             progress=logger,
         )
     finally:
