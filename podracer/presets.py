@@ -56,6 +56,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     # POPGym Arcade and pgx's single-player games.
     "playground": ("playground:*",),
     "craftax": ("craftax:*",),
+    # Jumanji's Snake before the rest of Jumanji (the first family that matches wins): its
+    # presets send Snake's "grid" through a CNN, which the other games do not have.
+    "snake": ("jumanji:Snake-*",),
     "jumanji": ("jumanji:*",),
     "minigrid": ("navix:*", "xminigrid:*"),
     "popgym_arcade": ("popgym_arcade:*",),
