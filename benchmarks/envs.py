@@ -3,13 +3,16 @@
     python benchmarks/envs.py                          # every family, 64 and 1,024 envs
     python benchmarks/envs.py --only craftax,navix --num-envs 64
     python benchmarks/envs.py --smoke                  # tiny sizes, one family, for the tests
+    python benchmarks/envs.py --only playground --id playground=playground:CheetahRun
 
 Families (``--only``, comma-separated; one representative id each, :data:`FAMILIES`):
 ``playground`` (``playground:CartpoleBalance``), ``craftax``
 (``craftax:Craftax-Classic-Symbolic-v1``), ``jumanji`` (``jumanji:Snake-v1``), ``navix``
 (``navix:Navix-Empty-5x5-v0``), ``xminigrid`` (``xminigrid:MiniGrid-Empty-5x5``),
-``popgym_arcade`` (``popgym_arcade:CountRecallEasy``) and ``pgx`` (``pgx:2048``). A family whose
-library is not installed is skipped with a line on stderr.
+``popgym_arcade`` (``popgym_arcade:CountRecallEasy``) and ``pgx`` (``pgx:2048``); ``--id
+FAMILY=ID`` (repeated) measures another id of a family. A family whose library is not installed
+is skipped with a line on stderr. The environments step as the loops step them
+(:func:`podracer.types.step_batch`: Craftax resets only the episodes that ended).
 
 One JSON line per family and environment count on stdout: ``env_only_sps`` (the environments
 alone with uniformly random legal actions, vmapped and scanned as Anakin scans them, updates x
@@ -36,7 +39,7 @@ from podracer import agents, envs
 from podracer.config import ConfigValueError
 from podracer.networks import ILLEGAL, legal_actions
 from podracer.presets import preset_for
-from podracer.types import BoundedActionSpec, split_action_mask
+from podracer.types import BoundedActionSpec, split_action_mask, step_batch
 
 FAMILIES: dict[str, str] = {
     "playground": "playground:CartpoleBalance",
@@ -67,7 +70,7 @@ def env_only(env_id: str, num_envs: int, rollout_len: int, num_updates: int):
     actions, scanned as Anakin scans them (updates x time); timed after compiling."""
     env = envs.make(env_id)
     params = env.default_params
-    batched_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    batched_step = step_batch(env)
 
     def steps(key):
         state, ts = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), params)
@@ -124,19 +127,35 @@ def main(argv=None) -> int:
     parser.add_argument("--rollout-len", type=int, default=32)
     parser.add_argument("--updates", type=int, default=4, help="PPO updates timed per run")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (the tests)")
+    parser.add_argument(
+        "--id",
+        action="append",
+        default=[],
+        metavar="FAMILY=ID",
+        help="measure ID for FAMILY instead of its representative (repeatable)",
+    )
     parser.add_argument("--out", help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
     families = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in families if name not in FAMILIES]
     if unknown:
         parser.error(f"--only: unknown families {unknown}; choose among {', '.join(FAMILIES)}")
+    ids = dict(FAMILIES)
+    for given in args.id:
+        family, _, env_id = given.partition("=")
+        if family not in FAMILIES or not env_id.startswith(f"{family}:"):
+            parser.error(
+                f"--id {given!r}: expected FAMILY=ID with FAMILY among {', '.join(FAMILIES)} "
+                "and ID of that family (playground=playground:CheetahRun)"
+            )
+        ids[family] = env_id
     counts = [int(n) for n in args.num_envs.split(",")]
     rollout_len, updates = args.rollout_len, args.updates
     if args.smoke:
         counts, rollout_len, updates = [4], 4, 2
     device = jax.devices()[0]
     for family in families:
-        env_id = FAMILIES[family]
+        env_id = ids[family]
         for num_envs in counts:
             try:
                 env_sps, env_compile_s = env_only(env_id, num_envs, rollout_len, updates)

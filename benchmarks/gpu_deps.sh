@@ -16,7 +16,11 @@ PY=${PYTHON:-python3}
 PYVER=${PYVER:-3.12}
 ARCHIVE=${ARCHIVE:-benchmarks/results/gpu_site.tar.xz}
 PACKAGES=(envpool envpool-assets dm-env optree gymnax rlax distrax tfp-nightly dm-tree decorator
-  gast tyro docstring-parser typeguard tensorboardX gymnasium farama-notifications flashbax)
+  gast tyro docstring-parser typeguard tensorboardX gymnasium farama-notifications flashbax
+  craftax imageio)
+# Not MuJoCo Playground: mujoco, mujoco-mjx and warp-lang are about 470 MB installed, far over
+# what a device run may carry; on a machine that reaches a registry, gpu_suite.sh's own set-up
+# installs them (`pip install -e .[dev]`), and benchmarks/envs.py skips a missing family.
 specs=()
 for name in "${PACKAGES[@]}"; do
   version=$("$PY" -c "import importlib.metadata as m, sys

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The accelerator suite on a GPU machine, in one call: Python set up, the devices shown, then
-# benchmarks/suite.py; suite.jsonl, the plots and this script's log land in $OUT.
+# benchmarks/suite.py, then benchmarks/envs.py for Craftax and MuJoCo Playground at 1,024 and
+# 4,096 envs; suite.jsonl, envs.jsonl, the plots and this script's log land in $OUT.
 #
 #   bash benchmarks/gpu_suite.sh                 # OUT defaults to benchmarks/results/suite
 #   TOTAL_S=540 OUT=/tmp/x SUITE_ARGS="--only anakin" bash benchmarks/gpu_suite.sh
@@ -14,7 +15,7 @@
 #      the package registries with `pip install -e .[dev]`, plus `jax[cuda12]` if its JAX sees
 #      no GPU.
 # TOTAL_S (default 540 s) bounds the whole script: the suite gets what setting up left, less a
-# margin for the plots, as its --budget-s, and is stopped 60 s after that if it is still going
+# margin for the plots and ENVS_S (default 150 s, envs.py's time; 0 skips it), as its --budget-s, and is stopped 60 s after that if it is still going
 # (what it measured by then stays in suite.jsonl, and the plots are drawn from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +68,8 @@ timed "python" setup_python
 echo "python: $PY ($("$PY" --version 2>&1)), $(nproc) CPU cores"
 timed "jax.devices()" "$PY" -c 'import jax; print(jax.__version__, jax.devices())'
 
-budget=$((TOTAL_S - SECONDS - 30))
+ENVS_S=${ENVS_S:-150}  # benchmarks/envs.py's share of TOTAL_S (0: not run)
+budget=$((TOTAL_S - SECONDS - 30 - ENVS_S))
 if [ "$budget" -lt 60 ]; then
   echo "only $budget s left of TOTAL_S=$TOTAL_S after setting up: not running the suite"
   exit 1
@@ -77,6 +79,11 @@ timed "suite.py (budget $budget s)" timeout --signal=TERM $((budget + 60)) \
   "$PY" benchmarks/suite.py --out "$OUT" --budget-s "$budget" ${SUITE_ARGS:-} || status=$?
 if [ "$status" -ne 0 ]; then  # stopped or failed: draw what was measured
   timed "plots" "$PY" benchmarks/suite.py --out "$OUT" --plot-only || true
+fi
+if [ "$ENVS_S" -gt 0 ]; then  # the JAX suites at accelerator sizes (a missing library: skipped)
+  timed "envs.py ($ENVS_S s)" timeout --signal=TERM "$ENVS_S" "$PY" benchmarks/envs.py \
+    --only craftax,playground --id playground=playground:CheetahRun \
+    --num-envs "${ENVS_NUM_ENVS:-1024,4096}" --out "$OUT/envs.jsonl" || true
 fi
 echo "== total: $SECONDS s, suite status $status; files in $OUT:"
 ls -la "$OUT"

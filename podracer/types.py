@@ -325,6 +325,12 @@ class Environment(Protocol):
 
     ``params`` stays a pytree argument, so a batch of environments can differ in their params
     (``vmap`` over them for domain randomisation or meta-RL). ``step`` auto-resets.
+
+    Optional: ``step_batch(keys [B], states [B], actions [B], params)``, the same values as
+    ``step`` vmapped over the batch (params shared), for an environment whose reset costs far
+    more than its step and can be skipped for the environments that did not end
+    (:class:`~podracer.envs.craftax.CraftaxEnvironment`). The loops step a batch with
+    :func:`step_batch` below, which uses it where it is defined.
     """
 
     id: str
@@ -343,3 +349,10 @@ class Environment(Protocol):
     def step(
         self, key: PRNGKey, state: Any, action: Array, params: Any
     ) -> tuple[Any, TimeStep]: ...
+
+
+def step_batch(env: Environment):
+    """``step(keys [B], states [B], actions [B], params)`` of a batch of ``env``: its own
+    ``step_batch`` where it has one, else ``env.step`` vmapped (params shared)."""
+    own = getattr(env, "step_batch", None)
+    return own if own is not None else jax.vmap(env.step, in_axes=(0, 0, 0, None))

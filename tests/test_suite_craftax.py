@@ -1,6 +1,7 @@
 """Craftax through podracer's adapter (podracer.envs.craftax): 200 steps of 4 Craftax-Classic
 environments equal Craftax's own reset / step driven here with the adapter's key convention and
-same-step auto-reset, with the time limit a truncation and a death a termination; inside
+same-step auto-reset (its batch step, which resets only the ended episodes, equals its step
+vmapped), with the time limit a truncation and a death a termination; inside
 shard_map its step needs check_vma=False (Craftax's renderer fails shard_map's varying-axes
 check: the adapter names the problem, and the environment's check_vma = False makes Anakin run
 unchecked); params, specs and errors.
@@ -59,9 +60,12 @@ def kill_some(state, t):
     return state.replace(player_health=health)
 
 
-def adapter_rollout(env):
-    """Resets ``[N]`` and scans ``STEPS`` steps of the adapter (not jitted: the caller wraps)."""
+def adapter_rollout(env, batched=True):
+    """Resets ``[N]`` and scans ``STEPS`` steps of the adapter (not jitted: the caller wraps):
+    its ``step_batch`` (what the loops step with: only the ended episodes reset), or ``step``
+    vmapped."""
     params = env.default_params
+    step = env.step_batch if batched else jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def rollout(reset_keys, step_keys, actions):
         state, first = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, params)
@@ -69,7 +73,7 @@ def adapter_rollout(env):
         def body(state, x):
             t, key, action = x
             state = kill_some(state, t)
-            return jax.vmap(env.step, in_axes=(0, 0, 0, None))(key, state, action, params)
+            return step(key, state, action, params)
 
         _, traj = jax.lax.scan(body, state, (jnp.arange(STEPS), step_keys, actions))
         return first, traj
@@ -157,6 +161,18 @@ def test_parity_with_craftax_over_auto_resets(rollouts):
     assert not same[done].any()
 
 
+def test_step_batch_equals_step_vmapped(env, rollouts):
+    """The batch step resets only the ended episodes (a switch on how many: none, one of the 4,
+    or all): the same values as the step vmapped, which resets every environment."""
+    args, ours, _ = rollouts
+    vmapped = jax.jit(adapter_rollout(env, batched=False), compiler_options=FAST)(*args)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(vmapped), strict=True):
+        np.testing.assert_array_equal(a, b)
+    done = np.asarray(ours[1].terminated | ours[1].truncated).sum(axis=1)
+    # Every branch ran: steps where no episode ended, one did, and two or more did.
+    assert (done == 0).any() and (done == 1).any() and (done >= 2).any()
+
+
 def test_inside_shard_map(env, rollouts):
     """Craftax's renderer scans from a constant map to a state-dependent one (replicated against
     varying in shard_map's types): under shard_map's default check the adapter's step names the
@@ -214,20 +230,25 @@ def test_specs_and_params(env, rollouts):
 
 
 @pytest.mark.parametrize(
-    ("name", "num_actions", "shape", "with_step"),
+    ("name", "num_actions", "shape", "trace"),
     [
-        ("Craftax-Symbolic-v1", 43, (8268,), True),
-        ("Craftax-Classic-Pixels-v1", 17, (63, 63, 3), False),
-        ("Craftax-Pixels-v1", 43, (130, 110, 3), False),
+        ("Craftax-Symbolic-v1", 43, (8268,), "step"),
+        ("Craftax-Classic-Pixels-v1", 17, (63, 63, 3), "reset"),
+        ("Craftax-Pixels-v1", 43, (130, 110, 3), None),
     ],
 )
-def test_other_variants_trace(name, num_actions, shape, with_step):
-    """The other three: specs equal to what reset returns and, for the full Craftax (whose end
-    is also the final boss beaten), to what step returns (traced, not compiled; the pixel
-    renderers' steps take seconds to trace)."""
+def test_other_variants_trace(name, num_actions, shape, trace):
+    """The other three: specs (as Craftax's observation spaces give them) equal to what reset
+    returns and, for the full Craftax (whose end is also the final boss beaten), to what step
+    returns (traced, not compiled; the pixel renderers' steps take seconds to trace). The full
+    Craftax's pixels are not traced: its first render builds Craftax's texture cache, about
+    three minutes of a fresh install's CPU (every CI run)."""
     env = envs.make(f"craftax:{name}")
     assert env.action_spec == DiscreteActionSpec(num_actions)
     assert env.observation_spec == ObservationSpec(shape, jnp.dtype(jnp.float32))
+    if trace is None:
+        return
+    with_step = trace == "step"
 
     def one(key):
         state, first = env.reset(key, env.default_params)

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from podracer.types import ActorOutput, Agent, EpisodeInfo, TimeStep, Trajectory
+from podracer.types import ActorOutput, Agent, EpisodeInfo, TimeStep, Trajectory, step_batch
 
 
 class RolloutState(NamedTuple):
@@ -115,8 +115,9 @@ def step_and_record(
 
 def batched_env_step(env, env_params, num_envs: int):
     """``env_step(env_state, action, key)`` of :func:`step_and_record` for ``num_envs`` copies
-    of a JAX environment (``env.step`` vmapped; ``key`` split into one per environment)."""
-    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    of a JAX environment (:func:`~podracer.types.step_batch`: ``env.step`` vmapped, or the
+    environment's own batch step; ``key`` split into one per environment)."""
+    step = step_batch(env)
 
     def env_step(env_state, action, key):
         return step(jax.random.split(key, num_envs), env_state, action, env_params)

@@ -137,7 +137,9 @@ class CraftaxEnvironment:
             final_obs=obs,
         )
 
-    def step(self, key, state, action, params):
+    def _step_only(self, key, state, action, params):
+        """Craftax's step without the reset: the stepped state and its ``TimeStep`` (``obs``
+        the stepped observation), whether the episode ended, and the key its reset takes."""
         step_key, reset_key = jax.random.split(key)
         obs, stepped, reward, done, _ = suites.traced(
             self.id,
@@ -152,16 +154,57 @@ class CraftaxEnvironment:
         # The game over without the time limit: the episode's true end.
         no_limit = params.replace(max_timesteps=jnp.iinfo(jnp.int32).max)
         terminated = done & jnp.asarray(self._env.is_terminal(stepped, no_limit), bool)
-        truncated = done & ~terminated
-        reset_obs, reset_state = self._env.reset(reset_key, params)
-        state, next_obs = suites.select_tree(done, (reset_state, reset_obs), (stepped, obs))
-        return state, TimeStep(
-            obs=next_obs,
+        ts = TimeStep(
+            obs=obs,
             reward=jnp.asarray(reward, jnp.float32),
             terminated=terminated,
-            truncated=truncated,
+            truncated=done & ~terminated,
             final_obs=obs,
         )
+        return stepped, ts, done, reset_key
+
+    def step(self, key, state, action, params):
+        stepped, ts, done, reset_key = self._step_only(key, state, action, params)
+        reset_obs, reset_state = self._env.reset(reset_key, params)
+        state, next_obs = suites.select_tree(done, (reset_state, reset_obs), (stepped, ts.obs))
+        return state, ts._replace(obs=next_obs)
+
+    def step_batch(self, keys, state, action, params):
+        """:meth:`step` vmapped over ``keys [B]``, with only the ended episodes reset.
+
+        A reset generates a world and costs about 30 steps, and vmapped, :meth:`step` resets
+        every environment at every step (a select of both branches). Here the batch is stepped,
+        then ``lax.switch`` on the number of episodes that ended picks a branch that resets
+        none, up to ``max(1, B // 16)`` (the ended ones gathered with their own reset keys) or
+        all ``B``: the same values as :meth:`step` vmapped (tested). Vmapped once more
+        (several seeds on a device with ``member_loop="vmap"``), the switch runs every branch.
+        """
+        step_only = jax.vmap(self._step_only, in_axes=(0, 0, 0, None))
+        stepped, ts, done, reset_keys = step_only(keys, state, action, params)
+        reset = jax.vmap(self._env.reset, in_axes=(0, None))
+        batch = done.shape[0]
+        sizes = sorted({0, max(1, batch // 16), batch})
+
+        def reset_some(size):
+            def branch(_):
+                if size == 0:
+                    return stepped, ts.obs
+                if size == batch:
+                    reset_obs, reset_state = reset(reset_keys, params)
+                    return suites.select_tree(done, (reset_state, reset_obs), (stepped, ts.obs))
+                index = jnp.nonzero(done, size=size, fill_value=batch)[0]  # past the end: none
+                reset_obs, reset_state = reset(reset_keys[jnp.minimum(index, batch - 1)], params)
+                return jax.tree.map(
+                    lambda x, r: x.at[index].set(r, mode="drop"),
+                    (stepped, ts.obs),
+                    (reset_state, reset_obs),
+                )
+
+            return branch
+
+        branch = jnp.searchsorted(jnp.asarray(sizes), done.sum())
+        state, next_obs = jax.lax.switch(branch, [reset_some(size) for size in sizes], None)
+        return state, ts._replace(obs=next_obs)
 
     def __repr__(self) -> str:
         return f"CraftaxEnvironment({self.id!r})"

@@ -30,6 +30,9 @@ class EpisodeStatistics:
         self.id = env.id
 
     def __getattr__(self, name):  # default_params, observation_spec, action_spec, ...
+        if name == "step_batch":  # where the wrapped environment has one, through this wrapper
+            getattr(self._env, name)
+            return self._step_batch
         return getattr(self._env, name)
 
     def reset(self, key, params):
@@ -41,6 +44,14 @@ class EpisodeStatistics:
 
     def step(self, key, state: EpisodeStatisticsState, action, params):
         env_state, ts = self._env.step(key, state.env_state, action, params)
+        return self._record(state, env_state, ts)
+
+    def _step_batch(self, keys, state: EpisodeStatisticsState, actions, params):
+        env_state, ts = self._env.step_batch(keys, state.env_state, actions, params)
+        return self._record(state, env_state, ts)  # elementwise: a batch as one environment
+
+    @staticmethod
+    def _record(state: EpisodeStatisticsState, env_state, ts):
         ret = state.episode_return + ts.reward
         length = state.episode_length + 1
         done = ts.terminated | ts.truncated
@@ -100,7 +111,14 @@ class ObservationMask:
         return self._spec
 
     def __getattr__(self, name):  # default_params, action_spec, ...
+        if name == "step_batch":  # where the wrapped environment has one, through this wrapper
+            getattr(self._env, name)
+            return self._step_batch
         return getattr(self._env, name)
+
+    def _step_batch(self, keys, state, actions, params):
+        state, ts = self._env.step_batch(keys, state, actions, params)
+        return state, self._mask(ts)  # the last axis: a batch as one environment
 
     def _mask(self, ts):
         return ts._replace(obs=ts.obs[..., self.indices], final_obs=ts.final_obs[..., self.indices])

@@ -17,7 +17,7 @@ import numpy as np
 
 from podracer.envs.wrappers import EpisodeStatistics
 from podracer.host_envs.checks import continuous_actions, discrete_actions
-from podracer.types import DiscreteActionSpec, TimeStep
+from podracer.types import DiscreteActionSpec, TimeStep, step_batch
 
 
 class JaxHostEnvironment:
@@ -50,9 +50,7 @@ class JaxHostEnvironment:
 
         def step(key, state, actions):
             keys = jax.random.split(key, num_envs)
-            return jax.vmap(self._env.step, in_axes=(0, 0, 0, None))(
-                keys, state, actions, self._params
-            )
+            return step_batch(self._env)(keys, state, actions, self._params)
 
         self._reset = jax.jit(reset)
         self._step = jax.jit(step)
