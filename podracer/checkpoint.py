@@ -16,6 +16,7 @@ state.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -143,18 +144,34 @@ def _is_key(x) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def _is_empty(x) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and math.prod(np.shape(x)) == 0
+
+
 def to_raw(tree):
-    """Typed PRNG keys replaced by their ``uint32`` key data (what orbax can store)."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+    """Typed PRNG keys replaced by their ``uint32`` key data, and arrays of no elements (MJX's
+    ``act`` of a model without activations, ``[0]``) by ``None``: what orbax can store."""
+
+    def raw(x):
+        if _is_empty(x):
+            return None
+        return jax.random.key_data(x) if _is_key(x) else x
+
+    return jax.tree.map(raw, tree)
 
 
 def from_raw(raw, template):
-    """The inverse of :func:`to_raw`, reading the key implementations off ``template``."""
-    return jax.tree.map(
-        lambda r, t: jax.random.wrap_key_data(r, impl=jax.random.key_impl(t)) if _is_key(t) else r,
-        raw,
-        template,
-    )
+    """The inverse of :func:`to_raw`, reading the key implementations, and the shapes, dtypes
+    and placements of the arrays of no elements, off ``template``."""
+
+    def restore(t, r):
+        if _is_empty(t):
+            empty = np.zeros(np.shape(t), t.dtype)
+            sharding = getattr(t, "sharding", None)
+            return jax.device_put(empty, sharding) if sharding is not None else empty
+        return jax.random.wrap_key_data(r, impl=jax.random.key_impl(t)) if _is_key(t) else r
+
+    return jax.tree.map(restore, template, raw)
 
 
 def _replay_in_agent_slot(raw: Any) -> bool:

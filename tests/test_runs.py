@@ -345,6 +345,35 @@ def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
         assert checkpointer.best_step() == 8 and checkpointer.eval_returns() == {8: 60.0}
 
 
+def test_arrays_of_no_elements_are_saved_and_restored(tmp_path, two_devices):
+    """Orbax refuses arrays of no elements (MuJoCo Playground's state has MJX's ``act [0]`` for
+    a model without activations): they are saved as nothing and restored from the template with
+    their shapes, dtypes and placements; keys and the other leaves as they were."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    sharding = NamedSharding(jax.make_mesh((2,), ("data",), devices=two_devices), P("data"))
+    state = {
+        "act": jnp.zeros((0,), jnp.float32),
+        "per_env": jax.device_put(jnp.zeros((2, 0, 3), jnp.int32), sharding),
+        "w": jax.device_put(jnp.arange(4, dtype=jnp.float32), sharding),
+        "key": jax.random.key(3),
+    }
+    with Checkpointer(str(tmp_path), keep=1) as checkpointer:
+        checkpointer.save(1, {**state, "w": state["w"] + 1}, {"updates": 1})
+        restored, meta = checkpointer.restore(state)
+    assert meta == {"updates": 1}
+    np.testing.assert_array_equal(restored["w"], [1.0, 2.0, 3.0, 4.0])
+    assert restored["w"].sharding == sharding
+    np.testing.assert_array_equal(
+        jax.random.key_data(restored["key"]), jax.random.key_data(state["key"])
+    )
+    for name in ("act", "per_env"):
+        assert restored[name].shape == state[name].shape, name
+        assert restored[name].dtype == state[name].dtype, name
+    assert restored["per_env"].sharding == sharding
+
+
 def test_saving_and_restoring_never_collect_tensorstore_metrics(tmp_path, monkeypatch):
     """Each call of ``tensorstore.experimental_collect_matching_metrics`` keeps about 3 KB for
     good (TensorStore 0.1.86), and orbax makes them around every array it saves or restores,

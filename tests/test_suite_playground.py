@@ -306,3 +306,38 @@ def test_locomotion_without_menagerie_says_how_to_fetch_it():
     with pytest.raises(ConfigValueError, match="needs the MuJoCo Menagerie"):
         envs.make("playground:Go1JoystickFlatTerrain")
     assert mjx_env.EXTERNAL_DEPS_PATH.exists() == deps  # no clone was started
+
+
+def test_a_run_checkpoints_and_resumes_exactly(tmp_path, one_device):
+    """A training run on MuJoCo Playground with checkpoints (MJX's state holds arrays of no
+    elements, which orbax refuses alone: podracer.checkpoint stores them as nothing), resumed
+    from its first checkpoint to the same params as the run that went straight on."""
+    import os
+    import shutil
+
+    from podracer import runs
+    from podracer.agents import PPOConfig
+    from podracer.anakin import AnakinConfig
+    from podracer.checkpoint import Checkpointer
+
+    spec = runs.RunSpec(
+        arch="anakin",
+        agent="ppo",
+        env="playground:CartpoleBalance",
+        seed=0,
+        total_timesteps=4 * 4 * 8,
+        agent_config=PPOConfig(
+            num_epochs=1, num_minibatches=1, hidden_sizes=(16,), normalize_observations=True
+        ),
+        arch_config=AnakinConfig(num_envs=4, rollout_len=8, updates_per_call=2),
+        options=runs.RunOptions(checkpoint_interval=2),
+    )
+    straight = str(tmp_path / "straight")
+    summary = runs.train(spec, straight, console=False, devices=one_device)
+    assert Checkpointer(straight).steps() == [2, 4]
+    resumed = str(tmp_path / "resumed")
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
+    again = runs.train(spec, resumed, resume=True, console=False, devices=one_device)
+    assert again["start_update"] == 2
+    assert again["params_checksum"] == summary["params_checksum"]
