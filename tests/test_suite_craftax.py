@@ -272,3 +272,16 @@ def test_names_and_errors():
         envs.make("craftax:Craftax-Symbolc-v1")
     with pytest.raises(ConfigValueError, match="max_steps not among Craftax's parameters"):
         envs.make(f"craftax:{NAME}", max_steps=3)
+
+
+def test_reset_sizes_hold_every_count_within_four_times():
+    from podracer.envs.craftax import reset_sizes
+
+    assert reset_sizes(4) == [0, 1, 4] and reset_sizes(1) == [0, 1]
+    assert reset_sizes(64) == [0, 1, 4, 16, 64]
+    assert reset_sizes(1024) == [0, 4, 16, 64, 256, 1024]
+    for batch in (1, 3, 64, 100, 1024, 4096):
+        sizes = reset_sizes(batch)
+        for ended in range(1, batch + 1):
+            chosen = min(size for size in sizes if size >= ended)  # what the switch picks
+            assert chosen <= max(4 * ended, batch // 256, 1) or chosen == batch, (batch, ended)

@@ -27,7 +27,8 @@ and reset here, at the step that ends an episode, as Craftax's own auto-reset va
 ``step_key, reset_key = jax.random.split(key)``, Craftax's step gets ``step_key`` and, when the
 episode ended, the state and observation are those of ``craftax_env.reset(reset_key, params)``,
 ``final_obs`` keeping the last observation of the episode that ended. The state is Craftax's
-``EnvState``.
+``EnvState``. A reset generates a world (about 30 steps' time), so the loops step batches with
+:meth:`CraftaxEnvironment.step_batch`, which resets only the episodes that ended.
 
 ``shard_map``: the observation renderers (all four variants') scan from a constant map or image
 as the initial carry to one that depends on the state, which a ``shard_map`` that checks varying
@@ -84,6 +85,19 @@ def make(env_id: str, **kwargs: Any) -> CraftaxEnvironment:
             f"{', '.join(sorted(fields))}"
         )
     return CraftaxEnvironment(env_id, env, params.replace(**kwargs))
+
+
+def reset_sizes(batch: int) -> list[int]:
+    """The numbers of resets :meth:`CraftaxEnvironment.step_batch` chooses among for a batch of
+    ``batch``: 0, then ``batch`` divided by 4, 16, ... down to ``max(1, batch // 256)``, and
+    ``batch`` itself (at most 4 times the resets needed, in at most 6 branches)."""
+    sizes = {0, batch}
+    size = batch // 4
+    while size >= max(1, batch // 256):
+        sizes.add(size)
+        size //= 4
+    sizes.add(max(1, batch // 256))
+    return sorted(sizes)
 
 
 class CraftaxEnvironment:
@@ -174,16 +188,17 @@ class CraftaxEnvironment:
 
         A reset generates a world and costs about 30 steps, and vmapped, :meth:`step` resets
         every environment at every step (a select of both branches). Here the batch is stepped,
-        then ``lax.switch`` on the number of episodes that ended picks a branch that resets
-        none, up to ``max(1, B // 16)`` (the ended ones gathered with their own reset keys) or
-        all ``B``: the same values as :meth:`step` vmapped (tested). Vmapped once more
-        (several seeds on a device with ``member_loop="vmap"``), the switch runs every branch.
+        then ``lax.switch`` on the number of episodes that ended picks the smallest of
+        :func:`reset_sizes` that holds them: none, or that many resets (the ended ones gathered
+        with their own reset keys; all ``B`` selected as :meth:`step` does): the same values as
+        :meth:`step` vmapped (tested). Vmapped once more (several seeds on a device with
+        ``member_loop="vmap"``), the switch runs every branch.
         """
         step_only = jax.vmap(self._step_only, in_axes=(0, 0, 0, None))
         stepped, ts, done, reset_keys = step_only(keys, state, action, params)
         reset = jax.vmap(self._env.reset, in_axes=(0, None))
         batch = done.shape[0]
-        sizes = sorted({0, max(1, batch // 16), batch})
+        sizes = reset_sizes(batch)
 
         def reset_some(size):
             def branch(_):
