@@ -278,6 +278,32 @@ def env_checks_vma(env) -> bool:
     return bool(getattr(env, "check_vma", True))
 
 
+def make_one_update(parts: Callable, env_params: Any) -> Callable:
+    """One update of one member inside the program (a ``lax.scan`` body): ``parts(hparams)``
+    gives the member's agent, learner and rollout; its environments are rolled out with the
+    acting params, the learner updates on the trajectory, and the episode statistics are
+    summed over the data axis."""
+
+    def one_update(state: AnakinState, _):
+        agent, learner, rollout = parts(state.hparams)
+        key, rollout_key = jax.random.split(state.key)
+        rollout_key = jax.random.fold_in(rollout_key, jax.lax.axis_index(DATA_AXIS))
+        acting = agent.actor_params(
+            state.learner.params, one_device(agent, state.learner.agent_state)
+        )
+        rollout_state, traj, info = rollout(acting, state.rollout, env_params, rollout_key)
+        learner_state, learner_metrics = learner.update(state.learner, traj)
+        metrics = UpdateMetrics(
+            learner=learner_metrics,
+            episodes=jax.lax.psum(jnp.sum(info.done, dtype=jnp.int32), DATA_AXIS),
+            return_sum=jax.lax.psum(jnp.sum(info.episode_return), DATA_AXIS),
+            length_sum=jax.lax.psum(jnp.sum(info.episode_length), DATA_AXIS),
+        )
+        return state._replace(learner=learner_state, rollout=rollout_state, key=key), metrics
+
+    return one_update
+
+
 def make_anakin(
     recipe: Recipe,
     config: AnakinConfig,
@@ -391,23 +417,7 @@ def make_anakin(
 
     checked: list[bool] = []
 
-    def one_update(state: AnakinState, _):
-        agent, learner, rollout = parts(state.hparams)
-        key, rollout_key = jax.random.split(state.key)
-        rollout_key = jax.random.fold_in(rollout_key, jax.lax.axis_index(DATA_AXIS))
-        acting = agent.actor_params(
-            state.learner.params, one_device(agent, state.learner.agent_state)
-        )
-        rollout_state, traj, info = rollout(acting, state.rollout, env_params, rollout_key)
-        learner_state, learner_metrics = learner.update(state.learner, traj)
-        metrics = UpdateMetrics(
-            learner=learner_metrics,
-            episodes=jax.lax.psum(jnp.sum(info.done, dtype=jnp.int32), DATA_AXIS),
-            return_sum=jax.lax.psum(jnp.sum(info.episode_return), DATA_AXIS),
-            length_sum=jax.lax.psum(jnp.sum(info.episode_length), DATA_AXIS),
-        )
-        return state._replace(learner=learner_state, rollout=rollout_state, key=key), metrics
-
+    one_update = make_one_update(parts, env_params)
     local_members = config.num_seeds // config.member_shards
 
     @functools.cache

@@ -2,18 +2,15 @@
 masks (Jumanji's Snake, whose shard_map runs unchecked): vmapped seeds on two devices with
 checkpoints, an exact resume, evaluation, and a population with its tournament."""
 
-import os
-import shutil
-
 import jax
 import numpy as np
 import pytest
+from resume_check import straight_and_resumed
 
 from podracer import population as pop
 from podracer import runs
 from podracer.agents import PPOConfig
 from podracer.anakin import AnakinConfig
-from podracer.checkpoint import Checkpointer
 
 pytest.importorskip("jumanji")
 
@@ -32,15 +29,7 @@ SPEC = runs.RunSpec(
 
 
 def test_seeds_on_two_devices_resume_exactly_and_evaluate(tmp_path, two_devices):
-    straight = str(tmp_path / "straight")
-    summary = runs.train(SPEC, straight, console=False, devices=two_devices)
-    assert Checkpointer(straight).steps() == [2, 4]
-    resumed = str(tmp_path / "resumed")
-    shutil.copytree(straight, resumed)
-    shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
-    again = runs.train(SPEC, resumed, resume=True, console=False, devices=two_devices)
-    assert again["start_update"] == 2
-    assert again["params_checksum"] == summary["params_checksum"]
+    straight, _ = straight_and_resumed(SPEC, tmp_path, two_devices, [2, 4])
     evaluated = runs.evaluate_run(straight, episodes=2)
     assert evaluated["updates"] == 4 and evaluated["episodes"] == 4  # 2 seeds x 2 episodes
     assert 0 <= evaluated["min"] <= evaluated["mean"] <= evaluated["max"]  # fruits eaten

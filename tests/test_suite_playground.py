@@ -312,13 +312,11 @@ def test_a_run_checkpoints_and_resumes_exactly(tmp_path, one_device):
     """A training run on MuJoCo Playground with checkpoints (MJX's state holds arrays of no
     elements, which orbax refuses alone: podracer.checkpoint stores them as nothing), resumed
     from its first checkpoint to the same params as the run that went straight on."""
-    import os
-    import shutil
+    from resume_check import straight_and_resumed
 
     from podracer import runs
     from podracer.agents import PPOConfig
     from podracer.anakin import AnakinConfig
-    from podracer.checkpoint import Checkpointer
 
     spec = runs.RunSpec(
         arch="anakin",
@@ -332,12 +330,4 @@ def test_a_run_checkpoints_and_resumes_exactly(tmp_path, one_device):
         arch_config=AnakinConfig(num_envs=4, rollout_len=8, updates_per_call=2),
         options=runs.RunOptions(checkpoint_interval=2),
     )
-    straight = str(tmp_path / "straight")
-    summary = runs.train(spec, straight, console=False, devices=one_device)
-    assert Checkpointer(straight).steps() == [2, 4]
-    resumed = str(tmp_path / "resumed")
-    shutil.copytree(straight, resumed)
-    shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
-    again = runs.train(spec, resumed, resume=True, console=False, devices=one_device)
-    assert again["start_update"] == 2
-    assert again["params_checksum"] == summary["params_checksum"]
+    straight_and_resumed(spec, tmp_path, one_device, [2, 4])
