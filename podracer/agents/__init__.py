@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from podracer.agents import dqn, impala, ppo, pqn, qlambda, sac
+from podracer.agents import dqn, impala, muzero, ppo, pqn, qlambda, sac
 from podracer.agents.dqn import DQNConfig
 from podracer.agents.impala import IMPALAConfig
+from podracer.agents.muzero import MuZeroConfig
 from podracer.agents.policy import ActorCriticFields, learning_rate
 from podracer.agents.ppo import PPOConfig
 from podracer.agents.pqn import PQNConfig
@@ -26,7 +27,7 @@ from podracer.agents.spec import (
 )
 from podracer.types import ActionSpec, ObservationSpec
 
-for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC, dqn.SPEC, sac.SPEC):
+for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC, dqn.SPEC, sac.SPEC, muzero.SPEC):
     register(_spec)
 
 
@@ -57,6 +58,7 @@ __all__ = [
     "AgentSpec",
     "DQNConfig",
     "IMPALAConfig",
+    "MuZeroConfig",
     "PPOConfig",
     "PQNConfig",
     "QLambdaConfig",
@@ -69,6 +71,7 @@ __all__ = [
     "impala",
     "learning_rate",
     "load_attribute",
+    "muzero",
     "ppo",
     "pqn",
     "qlambda",
