@@ -1,0 +1,328 @@
+"""MuZero (podracer/agents/muzero.py): the search on a hand-built model (one device and under a
+checked shard_map over two), the window targets against NumPy, the two-hot and h-transform
+against rlax, the gradient scaling of the dynamics, bad config values, exact resume and
+learning catch."""
+
+import functools
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("mctx")
+
+import rlax
+
+from podracer import runs
+from podracer.agents import muzero
+from podracer.agents.muzero import MuZeroConfig
+from podracer.anakin import AnakinConfig
+from podracer.checkpoint import Checkpointer, to_raw
+from podracer.config import ConfigError
+from podracer.core.replay import window_buffer
+from podracer.types import ACTION_MASK
+
+A = 4
+GOOD = 2  # the action with the higher value
+
+
+def toy_model(config: MuZeroConfig) -> muzero.Model:
+    """A deterministic model of one decision: at the root (the observation plus 1, positive)
+    every action but GOOD earns 0 and GOOD earns ``params``; every action leads to the
+    absorbing state 0, where nothing is earned (the prior is uniform, every value 0)."""
+
+    def two_hot_logits(x, support):  # exactly x after the softmax (exp(-1e4) is 0)
+        probs = muzero.scalar_to_logits_target(x, support)
+        return jnp.where(probs > 0, jnp.log(jnp.maximum(probs, 1e-30)), -1e4)
+
+    def represent(params, obs):
+        return obs + 1.0
+
+    def dynamics(params, state, action):
+        reward = jnp.where((action == GOOD) & (state[:, 0] > 0), params, 0.0)
+        return jnp.zeros_like(state), two_hot_logits(reward, config.reward_support_size)
+
+    def predict(params, state):
+        b = state.shape[0]
+        return jnp.zeros((b, A)), two_hot_logits(jnp.zeros((b,)), config.support_size)
+
+    return muzero.Model(represent, dynamics, predict)
+
+
+SEARCHES = {
+    "gumbel": MuZeroConfig(num_simulations=16, gumbel_scale=1.0),
+    "puct": MuZeroConfig(search="puct", num_simulations=32, temperature=0.25),
+}
+
+
+@pytest.fixture(scope="module", params=list(SEARCHES))
+def searched(request, two_devices):
+    """The search of the toy model on 8 observations: alone (jitted, one device) and under
+    jax.shard_map over two devices with check_vma=True, both with the same keys per half."""
+    config = SEARCHES[request.param]
+    search = muzero.make_search(config, toy_model(config), A)
+    obs = jnp.tile(jnp.arange(8.0)[:, None], (1, 3))
+    keys = jax.random.split(jax.random.key(0), 2)
+    alone = [jax.jit(search)(1.0, obs[4 * i : 4 * i + 4], keys[i]) for i in range(2)]
+    alone = jax.tree.map(lambda *x: jnp.concatenate(x), *alone)
+    mesh = jax.make_mesh((2,), ("data",), devices=two_devices)
+    sharded = jax.jit(
+        jax.shard_map(
+            lambda p, o, k: search(p, o, k[0]),
+            mesh=mesh,
+            in_specs=(jax.P(), jax.P("data"), jax.P("data")),
+            out_specs=jax.P("data"),
+            check_vma=True,
+        )
+    )
+    place = jax.NamedSharding(mesh, jax.P("data"))
+    split = sharded(1.0, jax.device_put(obs, place), jax.device_put(keys, place))
+    return alone, split
+
+
+def test_the_search_picks_the_better_action_and_its_weights_favour_it(searched):
+    alone, _ = searched
+    np.testing.assert_array_equal(np.asarray(alone.action), GOOD)
+    weights = np.asarray(alone.weights)
+    assert weights.shape == (8, A)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(weights[:, GOOD] > 1.0 / A + 0.1)  # the prior is uniform: 1 / A
+    assert np.all(weights[:, GOOD] == weights.max(-1))
+    assert np.all(np.asarray(alone.value) > 0.0)  # the root's value learnt the reward
+
+
+def test_the_search_under_a_checked_shard_map_equals_the_search_alone(searched):
+    alone, split = searched
+    np.testing.assert_array_equal(np.asarray(split.action), np.asarray(alone.action))
+    np.testing.assert_allclose(np.asarray(split.weights), np.asarray(alone.weights), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(split.value), np.asarray(alone.value), atol=1e-6)
+
+
+def test_the_search_never_chooses_an_illegal_action():
+    config = MuZeroConfig(num_simulations=8)
+    model = toy_model(config)
+    model = model._replace(represent=lambda p, obs: obs["position"] + 1.0)
+    search = jax.jit(muzero.make_search(config, model, A))
+    mask = jnp.array([[True, True, False, True]] * 4 + [[False, True, True, False]] * 4)
+    obs = {"position": jnp.ones((8, 3)), ACTION_MASK: mask}
+    out = search(1.0, obs, jax.random.key(1))
+    assert np.all(np.asarray(mask)[np.arange(8), np.asarray(out.action)])
+    np.testing.assert_array_equal(np.asarray(out.weights)[~np.asarray(mask)], 0.0)
+    np.testing.assert_array_equal(np.asarray(out.action)[4:], GOOD)
+
+
+# --- targets --------------------------------------------------------------------------------
+
+
+def numpy_targets(reward, terminated, truncated, gamma, n, k):
+    """The window targets by the rules of docs/muzero.md, one window and position at a time."""
+    b, w = reward.shape
+    out = {
+        name: np.zeros((b, k + 1))
+        for name in ("value", "value_mask", "reward", "reward_mask", "policy_mask", "discount")
+    }
+    out["last"] = np.zeros((b, k + 1), np.int64)
+    for i in range(b):
+        ends = [j for j in range(w) if terminated[i, j] or truncated[i, j]]
+        first = ends[0] if ends else w
+        by_termination = bool(ends) and bool(terminated[i, first])
+        for pos in range(k + 1):
+            ended = first < pos  # an end at a step before this position
+            ret, scale, last, cut = 0.0, 1.0, pos, False
+            for step in range(pos, min(pos + n, w)):
+                ret += scale * reward[i, step]
+                scale *= gamma
+                last = step
+                if terminated[i, step]:
+                    scale, cut = 0.0, True
+                if terminated[i, step] or truncated[i, step]:
+                    break
+            del cut
+            out["last"][i, pos] = last
+            if not ended:
+                out["value"][i, pos], out["discount"][i, pos] = ret, scale
+                out["value_mask"][i, pos] = out["policy_mask"][i, pos] = 1.0
+            elif by_termination:
+                out["value_mask"][i, pos] = 1.0  # value 0, discount 0
+            if pos > 0:
+                if first >= pos - 1:  # step pos - 1 is in the episode (or ends it)
+                    out["reward"][i, pos] = reward[i, pos - 1]
+                    out["reward_mask"][i, pos] = 1.0
+                elif by_termination:
+                    out["reward_mask"][i, pos] = 1.0  # reward 0
+    return out
+
+
+def test_window_targets_equal_numpy_with_terminations_and_truncations():
+    rng = np.random.default_rng(0)
+    b, k, n, gamma = 64, 5, 3, 0.9
+    w = k + n
+    reward = rng.normal(size=(b, w)).astype(np.float32)
+    ends = rng.random((b, w))
+    terminated = ends < 0.08
+    truncated = (ends >= 0.08) & (ends < 0.16)
+    got = muzero.window_targets(
+        jnp.asarray(reward), jnp.asarray(terminated), jnp.asarray(truncated), gamma, n, k
+    )
+    want = numpy_targets(reward, terminated, truncated, gamma, n, k)
+    assert terminated.any(axis=1).sum() > 10 and truncated.any(axis=1).sum() > 10
+    for name in ("value_mask", "reward_mask", "policy_mask"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, name)), want[name])
+    for name, mask in (
+        ("value", "value_mask"),
+        ("reward", "reward_mask"),
+        ("discount", "value_mask"),
+    ):
+        got_masked = np.asarray(getattr(got, name)) * want[mask]
+        np.testing.assert_allclose(got_masked, want[name], atol=1e-5)
+    live = want["discount"] > 0
+    np.testing.assert_array_equal(np.asarray(got.bootstrap_index)[live], want["last"][live])
+
+
+def test_windows_never_cross_environments():
+    """Windows of the agent's replay are consecutive steps of one environment."""
+    config = MuZeroConfig(buffer_size=64, batch_size=32, learning_starts=8)
+    envs, steps, window = 4, 12, config.window
+    buffer = window_buffer(config, window, 1, envs, 32)
+    item = {"env": jnp.zeros((), jnp.int32), "t": jnp.zeros((), jnp.int32)}
+    state = buffer.init(item)
+    t = jnp.arange(steps)[:, None] * jnp.ones((1, envs), jnp.int32)
+    env = jnp.ones((steps, 1), jnp.int32) * jnp.arange(envs)[None]
+    state = buffer.add(state, {"env": env, "t": t})
+    sample = buffer.sample(state, jax.random.key(0)).experience
+    env_ids, times = np.asarray(sample["env"]), np.asarray(sample["t"])
+    assert env_ids.shape == (32, window)
+    assert np.all(env_ids == env_ids[:, :1])
+    assert np.all(np.diff(times, axis=1) == 1)
+
+
+def test_two_hot_and_h_transform_round_trip_and_match_rlax():
+    s = 20
+    x = jnp.array([-300.0, -7.5, -1.0, 0.0, 0.3, 1.0, 42.0, 350.0])
+    got = muzero.scalar_to_logits_target(x, s)
+    pair = rlax.muzero_pair(-s, s, 2 * s + 1, rlax.SIGNED_HYPERBOLIC_PAIR)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(pair.apply(x)), atol=1e-6)
+    back = muzero.logits_to_scalar(jnp.log(got + 1e-30), s)
+    np.testing.assert_allclose(
+        np.asarray(back), np.asarray(pair.apply_inv(got)), rtol=1e-4, atol=1e-4
+    )
+    np.testing.assert_allclose(np.asarray(back), np.asarray(x), rtol=1e-3, atol=1e-3)
+
+
+def test_the_gradient_into_the_dynamics_is_scaled_at_each_step():
+    """The loss at position k reaches the representation through k dynamics steps: its
+    gradient with the scale 0.5 is 0.5 ** k times the unscaled one."""
+    config = MuZeroConfig(hidden_sizes=(8,), model_hidden_sizes=(8,), embedding_size=6)
+    network = muzero.MuZeroNetwork(config, A)
+    model = muzero.model_of(network)
+    obs = jax.random.normal(jax.random.key(0), (5, 3))
+    actions = jnp.array([[0, 1, 2], [3, 2, 1], [1, 1, 1], [0, 0, 3], [2, 3, 0]])
+    params = network.init(jax.random.key(1), obs[:1])
+    leaves, tree = jax.tree.flatten(params)  # the heads start at zero: move every weight
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    noise = [0.3 * jax.random.normal(key, x.shape) for key, x in zip(keys, leaves, strict=True)]
+    params = jax.tree.unflatten(tree, [x + e for x, e in zip(leaves, noise, strict=True)])
+
+    @functools.partial(jax.jit, static_argnums=(0, 1))
+    def representation_grad(k, scale):
+        def loss(p):
+            policy, value, _ = muzero.unroll(model, p, obs, actions, scale)
+            return jnp.sum(jnp.sin(value[:, k])) + jnp.sum(jnp.cos(policy[:, k]))
+
+        grads = jax.grad(loss)(params)["params"]["representation"]
+        return jax.flatten_util.ravel_pytree(grads)[0]
+
+    for k in (1, 2, 3):
+        full, half = representation_grad(k, 1.0), representation_grad(k, 0.5)
+        assert float(jnp.abs(full).max()) > 1e-4
+        np.testing.assert_allclose(
+            np.asarray(half), 0.5**k * np.asarray(full), rtol=2e-4, atol=1e-7
+        )
+    # the prediction at the root is not behind any dynamics step
+    np.testing.assert_allclose(representation_grad(0, 0.5), representation_grad(0, 1.0))
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("search", "alphazero"),
+        ("num_simulations", 0),
+        ("num_unroll_steps", 0),
+        ("n_step", -1),
+        ("tau", 0.0),
+        ("reanalyse_fraction", 1.5),
+        ("dynamics_gradient_scale", 2.0),
+        ("torso", "transformer"),
+        ("model_hidden_sizes", ()),
+        ("max_depth", -1),
+    ],
+)
+def test_bad_config_values_name_the_field(field, value):
+    with pytest.raises(ConfigError, match=f"{field}={value!r}"):
+        MuZeroConfig(**{field: value})
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+SMALL = dict(
+    hidden_sizes=(32,),
+    model_hidden_sizes=(32,),
+    embedding_size=32,
+    num_simulations=4,
+    buffer_size=512,
+    batch_size=16,
+    learning_starts=64,
+    replay_ratio=0.0625,
+)
+
+
+def test_anakin_resume_is_bitwise_exact_buffer_included(tmp_path):
+    one = jax.devices()[:1]
+    spec = runs.RunSpec(
+        arch="anakin",
+        agent="muzero",
+        env="catch",
+        seed=3,
+        total_timesteps=8 * 4 * 16,
+        agent_config=MuZeroConfig(**SMALL, prioritised=True),
+        arch_config=AnakinConfig(num_envs=4, rollout_len=16, updates_per_call=2),
+        options=runs.RunOptions(checkpoint_interval=4, eval_interval=0, tensorboard=False),
+    )
+    straight = str(tmp_path / "straight")
+    summary = runs.train(spec, straight, console=False, devices=one)
+    resumed = str(tmp_path / "resumed")
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(os.path.join(resumed, "checkpoints", "8"))
+    again = runs.train(spec, resumed, resume=True, console=False, devices=one)
+    assert again["start_update"] == 4
+    assert again["params_checksum"] == summary["params_checksum"]
+    template = runs.build_system(spec, one).init(spec.seed)
+    states = []
+    for run_dir in (straight, resumed):
+        with Checkpointer(run_dir) as checkpointer:
+            states.append(checkpointer.restore(template)[0])
+    priorities = np.asarray(states[0].learner.replay.priorities)
+    assert len(set(priorities.ravel().tolist())) > 2  # the priorities were set and saved
+    for x, y in zip(*(jax.tree.leaves(to_raw(s)) for s in states), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_anakin_muzero_learns_catch(tmp_path, two_devices):
+    spec = runs.RunSpec(
+        arch="anakin",
+        agent="muzero",
+        env="catch",
+        seed=0,
+        total_timesteps=LEARN_STEPS,
+        agent_config=MuZeroConfig(),
+        arch_config=AnakinConfig(num_envs=16, rollout_len=8, num_seeds=3),
+        options=runs.RunOptions(eval_interval=0, tensorboard=False),
+    )
+    summary = runs.train(spec, str(tmp_path / "run"), console=False, devices=two_devices[:1])
+    assert min(summary["final_return_per_seed"]) >= 0.8, summary["final_return_per_seed"]
+
+
+LEARN_STEPS = 30_000
