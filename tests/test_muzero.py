@@ -3,7 +3,6 @@ checked shard_map over two), the window targets against NumPy, the two-hot and h
 against rlax, the gradient scaling of the dynamics, bad config values, exact resume and
 learning catch."""
 
-import functools
 import os
 import shutil
 
@@ -58,16 +57,23 @@ SEARCHES = {
 }
 
 
+MASK = np.array(
+    [[True] * A] * 3 + [[True, False, True, True]] * 3 + [[True, True, False, False]] * 2
+)
+"""The observations' legal actions: GOOD is legal in the first 6 rows and illegal in the last
+2."""
+
+
 @pytest.fixture(scope="module", params=list(SEARCHES))
 def searched(request, two_devices):
-    """The search of the toy model on 8 observations: alone (jitted, one device) and under
-    jax.shard_map over two devices with check_vma=True, both with the same keys per half."""
+    """The search of the toy model on 8 observations with legal-action masks: alone (jitted,
+    one device, each half with its key) and under jax.shard_map over two devices with
+    check_vma=True (the same keys for the same halves)."""
     config = SEARCHES[request.param]
-    search = muzero.make_search(config, toy_model(config), A)
-    obs = jnp.tile(jnp.arange(8.0)[:, None], (1, 3))
+    model = toy_model(config)._replace(represent=lambda p, obs: obs["position"] + 1.0)
+    search = muzero.make_search(config, model, A)
+    obs = {"position": jnp.tile(jnp.arange(8.0)[:, None], (1, 3)), ACTION_MASK: jnp.asarray(MASK)}
     keys = jax.random.split(jax.random.key(0), 2)
-    alone = [jax.jit(search)(1.0, obs[4 * i : 4 * i + 4], keys[i]) for i in range(2)]
-    alone = jax.tree.map(lambda *x: jnp.concatenate(x), *alone)
     mesh = jax.make_mesh((2,), ("data",), devices=two_devices)
     sharded = jax.jit(
         jax.shard_map(
@@ -80,18 +86,30 @@ def searched(request, two_devices):
     )
     place = jax.NamedSharding(mesh, jax.P("data"))
     split = sharded(1.0, jax.device_put(obs, place), jax.device_put(keys, place))
+    halves = [jax.tree.map(lambda x, i=i: x[4 * i : 4 * i + 4], obs) for i in range(2)]
+    alone = [jax.jit(search)(1.0, halves[i], keys[i]) for i in range(2)]
+    alone = jax.tree.map(lambda *x: jnp.concatenate(x), *alone)
     return alone, split
 
 
 def test_the_search_picks_the_better_action_and_its_weights_favour_it(searched):
     alone, _ = searched
-    np.testing.assert_array_equal(np.asarray(alone.action), GOOD)
-    weights = np.asarray(alone.weights)
+    action, weights = np.asarray(alone.action), np.asarray(alone.weights)
+    good = MASK[:, GOOD]
+    np.testing.assert_array_equal(action[good], GOOD)
     assert weights.shape == (8, A)
     np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
-    assert np.all(weights[:, GOOD] > 1.0 / A + 0.1)  # the prior is uniform: 1 / A
-    assert np.all(weights[:, GOOD] == weights.max(-1))
-    assert np.all(np.asarray(alone.value) > 0.0)  # the root's value learnt the reward
+    prior = 1.0 / MASK.sum(-1)  # uniform over the legal actions
+    assert np.all(weights[good, GOOD] > prior[good] + 0.1)
+    assert np.all(weights[good, GOOD] == weights[good].max(-1))
+    assert np.all(np.asarray(alone.value)[good] > 0.0)  # the root's value learnt the reward
+    np.testing.assert_allclose(np.asarray(alone.value)[~good], 0.0, atol=1e-5)
+
+
+def test_the_search_never_chooses_an_illegal_action(searched):
+    alone, _ = searched
+    assert np.all(MASK[np.arange(8), np.asarray(alone.action)])
+    np.testing.assert_array_equal(np.asarray(alone.weights)[~MASK], 0.0)
 
 
 def test_the_search_under_a_checked_shard_map_equals_the_search_alone(searched):
@@ -99,19 +117,6 @@ def test_the_search_under_a_checked_shard_map_equals_the_search_alone(searched):
     np.testing.assert_array_equal(np.asarray(split.action), np.asarray(alone.action))
     np.testing.assert_allclose(np.asarray(split.weights), np.asarray(alone.weights), atol=1e-6)
     np.testing.assert_allclose(np.asarray(split.value), np.asarray(alone.value), atol=1e-6)
-
-
-def test_the_search_never_chooses_an_illegal_action():
-    config = MuZeroConfig(num_simulations=8)
-    model = toy_model(config)
-    model = model._replace(represent=lambda p, obs: obs["position"] + 1.0)
-    search = jax.jit(muzero.make_search(config, model, A))
-    mask = jnp.array([[True, True, False, True]] * 4 + [[False, True, True, False]] * 4)
-    obs = {"position": jnp.ones((8, 3)), ACTION_MASK: mask}
-    out = search(1.0, obs, jax.random.key(1))
-    assert np.all(np.asarray(mask)[np.arange(8), np.asarray(out.action)])
-    np.testing.assert_array_equal(np.asarray(out.weights)[~np.asarray(mask)], 0.0)
-    np.testing.assert_array_equal(np.asarray(out.action)[4:], GOOD)
 
 
 # --- targets --------------------------------------------------------------------------------
@@ -213,36 +218,30 @@ def test_two_hot_and_h_transform_round_trip_and_match_rlax():
 
 
 def test_the_gradient_into_the_dynamics_is_scaled_at_each_step():
-    """The loss at position k reaches the representation through k dynamics steps: its
-    gradient with the scale 0.5 is 0.5 ** k times the unscaled one."""
+    """The losses at position k reach the root state through k dynamics steps: their gradient
+    with respect to it with the scale 0.5 is 0.5 ** k times the unscaled one."""
     config = MuZeroConfig(hidden_sizes=(8,), model_hidden_sizes=(8,), embedding_size=6)
     network = muzero.MuZeroNetwork(config, A)
-    model = muzero.model_of(network)
-    obs = jax.random.normal(jax.random.key(0), (5, 3))
+    model = muzero.model_of(network)._replace(represent=lambda p, state: state)
+    root = jax.random.uniform(jax.random.key(0), (5, 6))
     actions = jnp.array([[0, 1, 2], [3, 2, 1], [1, 1, 1], [0, 0, 3], [2, 3, 0]])
-    params = network.init(jax.random.key(1), obs[:1])
-    leaves, tree = jax.tree.flatten(params)  # the heads start at zero: move every weight
-    keys = jax.random.split(jax.random.key(2), len(leaves))
-    noise = [0.3 * jax.random.normal(key, x.shape) for key, x in zip(keys, leaves, strict=True)]
-    params = jax.tree.unflatten(tree, [x + e for x, e in zip(leaves, noise, strict=True)])
+    shapes = jax.eval_shape(network.init, jax.random.key(1), root[:1])
+    rng = np.random.default_rng(1)  # random weights everywhere (the heads start at zero)
+    params = jax.tree.map(lambda x: jnp.asarray(0.5 * rng.normal(size=x.shape), x.dtype), shapes)
 
-    @functools.partial(jax.jit, static_argnums=(0, 1))
-    def representation_grad(k, scale):
-        def loss(p):
-            policy, value, _ = muzero.unroll(model, p, obs, actions, scale)
-            return jnp.sum(jnp.sin(value[:, k])) + jnp.sum(jnp.cos(policy[:, k]))
+    @jax.jit
+    def root_grads(scale):
+        def losses(state):  # [K + 1]: each position's losses
+            policy, value, reward = muzero.unroll(model, params, state, actions, scale)
+            per = jnp.sin(value).sum(-1) + jnp.cos(policy).sum(-1) + jnp.tanh(reward).sum(-1)
+            return per.sum(0)
 
-        grads = jax.grad(loss)(params)["params"]["representation"]
-        return jax.flatten_util.ravel_pytree(grads)[0]
+        return jax.jacrev(losses)(root)  # [K + 1, 5, 6]
 
-    for k in (1, 2, 3):
-        full, half = representation_grad(k, 1.0), representation_grad(k, 0.5)
-        assert float(jnp.abs(full).max()) > 1e-4
-        np.testing.assert_allclose(
-            np.asarray(half), 0.5**k * np.asarray(full), rtol=2e-4, atol=1e-7
-        )
-    # the prediction at the root is not behind any dynamics step
-    np.testing.assert_allclose(representation_grad(0, 0.5), representation_grad(0, 1.0))
+    full, half = np.asarray(root_grads(1.0)), np.asarray(root_grads(0.5))
+    for k in range(4):
+        assert np.abs(full[k]).max() > 1e-3
+        np.testing.assert_allclose(half[k], 0.5**k * full[k], rtol=1e-4, atol=1e-7)
 
 
 @pytest.mark.parametrize(
