@@ -538,6 +538,25 @@ def window_targets(reward, terminated, truncated, gamma: float, n: int, num_unro
     )
 
 
+def unroll(model: Model, params, obs, actions, scale: float):
+    """``(policy logits [b, K+1, A], value logits [b, K+1, .], reward logits [b, K+1, .])``:
+    the predictions at ``s_0 = h(obs)`` and at each state the dynamics reaches taking
+    ``actions [b, K]``, the gradient into the dynamics scaled by ``scale`` at each step.
+    Position 0's reward logits are zeros (no reward leads to the root)."""
+    state = model.represent(params, obs)
+    policy, value = model.predict(params, state)
+    policies, values, rewards = [policy], [value], []
+    for i in range(actions.shape[1]):
+        state, reward = model.dynamics(params, scale_gradient(state, scale), actions[:, i])
+        policy, value = model.predict(params, state)
+        policies.append(policy)
+        values.append(value)
+        rewards.append(reward)
+    if rewards:
+        rewards.insert(0, jnp.zeros_like(rewards[0]))
+    return tuple(jnp.stack(x, axis=1) for x in (policies, values, rewards))
+
+
 # --- the agent ------------------------------------------------------------------------------
 
 
@@ -580,22 +599,6 @@ def make_agent(config: MuZeroConfig, action_spec: ActionSpec | int) -> Agent:
     def flat(x):
         return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
-    def unroll(params, obs, actions_, scale: float):
-        """``(policy logits [b, K+1, A], value logits [b, K+1, ·], reward logits [b, K+1, ·])``
-        from ``h(obs)``, the dynamics taking ``actions_ [b, K]``; position 0's reward logits are
-        zeros (no reward leads to the root)."""
-        state = model.represent(params, obs)
-        policy, value = model.predict(params, state)
-        policies, values = [policy], [value]
-        rewards = [jnp.zeros((state.shape[0], 2 * config.reward_support_size + 1))]
-        for i in range(actions_.shape[1]):
-            state, reward = model.dynamics(params, scale_gradient(state, scale), actions_[:, i])
-            policy, value = model.predict(params, state)
-            policies.append(policy)
-            values.append(value)
-            rewards.append(reward)
-        return tuple(jnp.stack(x, axis=1) for x in (policies, values, rewards))
-
     def targets_of(target_params, steps: Step, key, reanalyse: int):
         targets = window_targets(
             steps.reward, steps.terminated, steps.truncated, config.gamma, n, k
@@ -615,19 +618,18 @@ def make_agent(config: MuZeroConfig, action_spec: ActionSpec | int) -> Agent:
             policy = policy.at[:reanalyse].set(fresh)
         return jax.lax.stop_gradient(value), jax.lax.stop_gradient(policy), targets
 
-    reanalyse = 0
-    if config.reanalyse_fraction > 0:
-        reanalyse = max(1, round(config.reanalyse_fraction * config.batch_size))
-
     def loss(params, batch: ReplayBatch, key):
         steps: Step = batch.items  # [b, W]
         b = steps.reward.shape[0]
+        reanalyse = 0
+        if config.reanalyse_fraction > 0:
+            reanalyse = min(b, max(1, round(config.reanalyse_fraction * b)))
         value_target, policy_target, targets = targets_of(
-            batch.agent_state.target_params, steps, key, min(reanalyse, b)
+            batch.agent_state.target_params, steps, key, reanalyse
         )
         obs0 = jax.tree.map(lambda x: x[:, 0], steps.obs)
         policy, value, reward = unroll(
-            params, obs0, steps.action[:, :k], config.dynamics_gradient_scale
+            model, params, obs0, steps.action[:, :k], config.dynamics_gradient_scale
         )
         value_ce = optax.softmax_cross_entropy(
             value, scalar_to_logits_target(value_target, config.support_size)
