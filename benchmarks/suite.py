@@ -64,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmar
 
 import anakin_throughput
 import jax
+import peers
 import population_throughput
 
 from podracer import agents
@@ -229,6 +230,38 @@ def configurations(sizes: Sizes) -> list[Bench]:
     for loop in sizes.population_loops:
         for size in sizes.population:
             benches.append(population_bench(sizes, size, loop))
+    return benches
+
+
+def peer_benches(args, smoke: bool) -> list[Bench]:
+    """The peers' lines (``peers.py``): Anakin PPO beside PureJaxRL at 4, 64 and 1,024 envs
+    (3 alternated pairs; the smoke run: 4 envs, one pair of 4 updates) and Sebulba beside
+    Cleanba on Breakout (one pair: Cleanba's learner runs its convolutions' gradients in loops,
+    minutes an update on a CPU); skipped, saying why, without the peer's path."""
+    benches = []
+    pairs = 1 if smoke else 3
+    for n in (4,) if smoke else (4, 64, 1024):
+        steps = 4 * n * 128 if smoke else peers.ANAKIN_STEPS[n]
+        skip = None if args.purejaxrl else "no --purejaxrl DIR given (benchmarks/README.md, Peers)"
+        peer = ["--child", "purejaxrl", str(args.purejaxrl), str(n), str(steps)]
+        ours = ["--child", "anakin", "gymnax:CartPole-v1", "ppo", str(n), "128", str(steps)]
+
+        def measure(name=f"ppo-{n}", peer=peer, ours=ours):
+            return peers.pairs(name, peer, ours, pairs, timeout=1800)
+
+        config = AnakinConfig(num_envs=n, rollout_len=128)
+        benches.append(Bench(f"peer-purejaxrl-ppo-{n}", "peers", "peers", steps, PPOConfig(),
+                             config, measure, skip))  # fmt: skip
+    for name in peers.CLEANBA_SCALED:
+        steps = peers.CLEANBA_STEPS[name] // (4 if smoke else 1)
+        skip = None if args.cleanba else "no --cleanba DIR given (benchmarks/README.md, Peers)"
+
+        def measure(name=name, steps=steps):
+            return peers.cleanba_pairs(str(args.cleanba), name, steps, 1, timeout=3600)
+
+        config = SebulbaConfig(envs_per_actor=8, rollout_len=32)
+        benches.append(Bench(f"peer-{name}", "peers", "peers", steps, PPOConfig(), config,
+                             measure, skip))  # fmt: skip
     return benches
 
 
@@ -441,7 +474,7 @@ def finite_positive(value) -> bool:
 
 
 def run_suite(args, sizes: Sizes, out: Path, start: float) -> int:
-    benches = configurations(sizes)
+    benches = configurations(sizes) + peer_benches(args, args.smoke)
     if args.only:
         wanted = set(args.only.split(","))
         benches = [b for b in benches if wanted & {b.name, b.group, b.family}]
@@ -487,6 +520,9 @@ def run_suite(args, sizes: Sizes, out: Path, start: float) -> int:
                 traceback.print_exc()
                 continue
             wall_s = time.perf_counter() - t0
+            if bench.group == "peers":  # both programs' figures, no layout of podracer's own
+                write({"kind": "peer", **record, **base, "wall_s": wall_s})
+                continue
             record = {
                 "kind": "benchmark",
                 **record,
@@ -646,6 +682,8 @@ def main(argv=None) -> int:
         help="skip configurations predicted not to fit in what is left of this",
     )
     parser.add_argument("--only", help="comma-separated configuration, family or group names")
+    parser.add_argument("--purejaxrl", help="a PureJaxRL clone: its lines beside podracer's")
+    parser.add_argument("--cleanba", help="a Cleanba clone: its lines beside podracer's")
     parser.add_argument("--append", action="store_true", help="append to suite.jsonl")
     parser.add_argument("--plot-only", action="store_true", help="only redraw the plots")
     args = parser.parse_args(argv)

@@ -53,6 +53,7 @@ from podracer.parallel import (
     MEMBER_AXIS,
     Watchdog,
     barrier,
+    cores_per_member,
     fetch,
     member_mesh,
     member_placement,
@@ -361,6 +362,7 @@ def make_anakin(
             member_optimizer,
             axis_name=DATA_AXIS,
             envs_per_device=config.num_envs // num_devices,
+            no_policy_lag=True,  # the rollout acts with the learner's params of this update
         )
         rollout = make_rollout(env, member_agent, config.rollout_len, unroll=config.rollout_unroll)
         return member_agent, learner, rollout
@@ -669,15 +671,27 @@ def build_system(
     )
 
 
-def place_members(config: AnakinConfig) -> tuple[AnakinConfig, list[jax.Device] | None]:
+def place_members(
+    config: AnakinConfig, recipe: Recipe | None = None
+) -> tuple[AnakinConfig, list[jax.Device] | None]:
     """:attr:`Loop.place_members` of Anakin: the members on as many of the CPU's cores as divide
-    them (:func:`~podracer.parallel.member_placement`), each core running whole members with no
-    collective between them; one member stays on one core (splitting its environments over
-    CPU devices costs more in all-reduces than it saves). A config that sets ``member_shards``
-    keeps its own placement."""
+    them (:func:`~podracer.parallel.member_placement`), each group of cores running whole
+    members with no collective between groups. Cores left over (fewer members than cores)
+    split each member's environments between them, data parallel, where every core gets at
+    least :data:`~podracer.parallel.MIN_STEPS_PER_CORE` steps an update
+    (:func:`~podracer.parallel.cores_per_member`; below that the all-reduces cost more than
+    they save) and the agent's learner keeps nothing per device (no replay buffer). A config
+    that sets ``member_shards`` keeps its own placement."""
     if config.member_shards != 1:
         return config, None
     devices, shards = member_placement(config.num_seeds)
+    per_device_state = recipe is not None and (
+        recipe.agent.replay is not None or recipe.agent.state_per_device
+    )
+    if not per_device_state:
+        cores = jax.local_devices()
+        split = cores_per_member(config.num_envs, config.steps_per_update, len(cores) // shards)
+        devices = cores[: shards * split]
     return dataclasses.replace(config, member_shards=shards), devices
 
 

@@ -271,7 +271,12 @@ class Agent(NamedTuple):
       device), ``prepare`` returns what to add to it, and ``loss`` gets sampled batches
       (:class:`podracer.core.replay.ReplayBatch`) and returns a :class:`LossOutput` with their
       new priorities; ``None`` (the default): the learner takes epochs of minibatches of
-      ``prepare``'s batch.
+      ``prepare``'s batch;
+    - ``prepare_no_lag``: ``prepare`` for a trajectory that the params being learnt acted
+      (no policy lag: the Anakin loop, where acting and learning are one program), which may
+      reuse what the actors computed with those same params (PPO: their values, not recomputed
+      over ``[T, B]``) and must equal ``prepare`` up to rounding; ``None`` (the default):
+      ``prepare``. A loop with policy lag (Sebulba) always calls ``prepare``.
     """
 
     init: Callable[[PRNGKey, Array], Params]
@@ -285,6 +290,7 @@ class Agent(NamedTuple):
     actor_params: Callable[[Params, Any], Params] = acting_params
     state_per_device: bool = False
     replay: Any = None
+    prepare_no_lag: Callable[[Params, Any, Trajectory, MeanFn], Any] | None = None
 
 
 class Learner(NamedTuple):

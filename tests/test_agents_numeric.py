@@ -282,15 +282,16 @@ def _computed(module, agent, params, traj, monkeypatch, reference):
     )
 
 
-@pytest.mark.parametrize("mid_truncations", [True, False])
+@pytest.mark.parametrize("mid_truncations", ["many", True, False])
 @pytest.mark.parametrize("name", ["ppo", "impala", "qlambda"])
 def test_bootstrap_values_reused_from_obs_equal_every_bootstrap_obs_evaluated(
     monkeypatch, name, mid_truncations
 ):
     """Reusing ``v(obs[t + 1])`` inside episodes gives the losses, gradients and targets of
     evaluating the network on every ``bootstrap_obs``, to rounding: with truncations before the
-    last step (every final observation evaluated) and without (only the last step's), alone and
-    vmapped over two parameter sets (the ``lax.cond`` then a select)."""
+    last step (their final observations evaluated ``B`` at a time), with more of them than
+    ``B`` (several passes of the loop) and without (only the last step's), alone and vmapped
+    over two parameter sets (the loop's condition then batched)."""
     module = {"ppo": ppo, "impala": impala, "qlambda": qlambda_agent}[name]
     config = {
         "ppo": PPOConfig(hidden_sizes=(16,)),
@@ -302,6 +303,10 @@ def test_bootstrap_values_reused_from_obs_equal_every_bootstrap_obs_evaluated(
     params = jax.vmap(lambda k: agent.init(k, jnp.zeros(OBS_DIM)))(keys)
     first = jax.tree.map(lambda x: x[0], params)
     traj = random_trajectory(agent, first, jax.random.key(1))
+    if mid_truncations == "many":
+        many = jax.random.bernoulli(jax.random.key(2), 0.7, traj.truncated.shape)
+        traj = traj._replace(truncated=many & ~traj.terminated)
+        assert int(jnp.sum(traj.truncated[:-1])) > 2 * traj.truncated.shape[1]
     if not mid_truncations:
         # The old truncations' steps go on in their episodes: their bootstrap_obs is obs[t + 1].
         truncated = jnp.zeros_like(traj.truncated).at[-1, 1].set(True)
@@ -309,7 +314,7 @@ def test_bootstrap_values_reused_from_obs_equal_every_bootstrap_obs_evaluated(
         following = jnp.where(inside, traj.obs[1:], traj.bootstrap_obs[:-1])
         bootstrap_obs = traj.bootstrap_obs.at[:-1].set(following)
         traj = traj._replace(truncated=truncated, bootstrap_obs=bootstrap_obs)
-    assert bool(jnp.any(traj.truncated[:-1])) == mid_truncations
+    assert bool(jnp.any(traj.truncated[:-1])) == bool(mid_truncations)
 
     def both(p):
         mine = _computed(module, agent, p, traj, monkeypatch, reference=False)
@@ -439,3 +444,70 @@ def test_each_epoch_reshuffles_and_covers_every_sample_once(unroll):
     assert len({frozenset(p) for p in partitions}) == len(partitions), partitions
     in_order = {frozenset(range(i, i + 4)) for i in range(0, num_samples, 4)}
     assert in_order not in partitions
+
+
+# --- what an update evaluates: the passes over the trajectory ----------------------------------
+
+
+def dot_rows(fn, *args) -> list[int]:
+    """The leading sizes of the left operands of every ``dot_general`` in ``fn``'s jaxpr, sub-
+    jaxprs (loops, conditionals, ``shard_map``) included: the rows each matrix product of a
+    network pass takes."""
+    rows = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                rows.append(eqn.invars[0].aval.shape[0])
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (list, tuple)) else [param]:
+                    if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                        walk(sub.jaxpr)
+                    elif isinstance(sub, jax.extend.core.Jaxpr):
+                        walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return rows
+
+
+@pytest.mark.parametrize("shared_torso", [True, False])
+def test_an_update_without_policy_lag_evaluates_the_trajectory_once_with_a_shared_torso(
+    shared_torso,
+):
+    """With no policy lag (Anakin) and one torso for policy and value, PPO's update takes the
+    actors' values and runs no network pass over the whole ``[T, B]`` trajectory outside its
+    minibatches; with policy lag (Sebulba) it makes the one pass its targets need. Torsos of
+    their own keep the pass (the actors' value would cost T small passes instead of one:
+    ``Agent.prepare_no_lag``). No update evaluates every ``bootstrap_obs``: truncations take
+    ``B``-row passes (:func:`podracer.core.returns.bootstrap_values`)."""
+    num_steps, num_envs = 8, 4
+    config = PPOConfig(hidden_sizes=(16,), num_minibatches=2, shared_torso=shared_torso)
+    agent = ppo.make_agent(config, 3)
+    assert (agent.prepare_no_lag is not None) == shared_torso
+    params = agent.init(jax.random.key(0), jnp.zeros(OBS_DIM))
+    traj = random_trajectory(agent, params, jax.random.key(1), num_steps, num_envs)
+    whole, minibatch = num_steps * num_envs, num_steps * num_envs // 2
+    for no_policy_lag in (True, False):
+        learner = make_learner(
+            agent, optax.adam(1e-3), num_epochs=1, num_minibatches=2, no_policy_lag=no_policy_lag
+        )
+        rows = dot_rows(learner.update, learner.init(jax.random.key(2), jnp.zeros(OBS_DIM)), traj)
+        assert set(rows) <= {whole, minibatch, num_envs}, rows
+        passes = rows.count(whole)
+        reused = no_policy_lag and shared_torso
+        # A pass of the 1-layer value network is 2 products (hidden, head), shared or not.
+        assert passes == (0 if reused else 2), (no_policy_lag, rows)
+
+
+@pytest.mark.parametrize("shared_torso", [True, False])
+def test_the_anakin_update_uses_the_actors_values(shared_torso):
+    """Anakin builds its learner with ``no_policy_lag``: its compiled step makes no pass over
+    the whole trajectory with a shared torso, the critic's one pass with torsos of their own."""
+    from podracer.anakin import AnakinConfig, build
+
+    config = PPOConfig(hidden_sizes=(16,), num_minibatches=2, shared_torso=shared_torso)
+    loop = AnakinConfig(num_envs=4, rollout_len=8)
+    system = build("gymnax:CartPole-v1", config, loop, total_timesteps=loop.steps_per_update)
+    rows = dot_rows(system.make_step(1), system.init(0))
+    whole = loop.steps_per_update // system.mesh.devices.size  # one device's share
+    assert rows.count(whole) == (0 if shared_torso else 2), rows

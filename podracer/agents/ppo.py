@@ -4,9 +4,11 @@ Schulman et al., 2017, https://arxiv.org/abs/1707.06347; defaults and details fo
 Huang et al., 2022, "The 37 implementation details of PPO" (CartPole configuration).
 Advantages are GAE over the whole trajectory (:func:`podracer.core.gae`), with the values of
 ``obs`` and of ``bootstrap_obs`` (:func:`podracer.core.returns.bootstrap_values`) both from the
-params being learnt (the actors' params may lag
-them: Sebulba), normalised with the statistics of the *whole* batch across devices, so an update
-does not depend on how the batch is split over devices or minibatches.
+params being learnt (the actors' params may lag them: Sebulba; where they do not, in Anakin, and
+the torso is shared, the actors' values of ``obs`` are those values and are reused:
+``Agent.prepare_no_lag``),
+normalised with the statistics of the *whole* batch across devices, so an update does not
+depend on how the batch is split over devices or minibatches.
 """
 
 from __future__ import annotations
@@ -117,12 +119,25 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
         return network.apply(params, flat, method=ActorCritic.value).reshape(num_steps, num_envs)
 
     def prepare(params, agent_state, traj: Trajectory, mean_fn):
-        del agent_state
-        num_steps, num_envs = traj.reward.shape
         # Both values from the params being learnt: with the actors' values for v_tm1, GAE
-        # would add sum_k (gamma lambda)^k (V_new - V_old) wherever the actors lag. The
-        # bootstrap values reuse v_tm1 inside episodes (one pass over the batch, not two).
-        v_tm1 = values(params, traj.obs)
+        # would add sum_k (gamma lambda)^k (V_new - V_old) wherever the actors lag.
+        return batch_of(params, traj, values(params, traj.obs), mean_fn)
+
+    def prepare_no_lag(params, agent_state, traj: Trajectory, mean_fn):
+        # The actors acted with these very params: their values are v(obs) already, and the
+        # pass over the [T, B] trajectory is not made again.
+        return batch_of(params, traj, traj.behaviour.value, mean_fn)
+
+    # Reused only where the actors' value costs them nothing but the value head: with one
+    # torso for both. With a critic torso of its own, the actors would run it at every step
+    # (XLA drops it from the rollout when nothing reads their value), T small passes where
+    # prepare makes one; on a CPU that is slower (4 CartPole envs: 9.24 ms an update against
+    # 8.91), while with a shared torso it saves a pass of the torso (MinAtar Breakout, shared
+    # MinAtar CNN, 16 envs: 700 ms against 733): benchmarks/README.md, "Against PureJaxRL".
+
+    def batch_of(params, traj: Trajectory, v_tm1, mean_fn):
+        num_steps, num_envs = traj.reward.shape
+        # The bootstrap values reuse v_tm1 inside episodes (one pass over the batch, not two).
         v_t = bootstrap_values(
             functools.partial(network.apply, method=ActorCritic.value),
             params,
@@ -138,7 +153,14 @@ def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
         policy, value = network.apply(params, batch.obs)
         return objective(config, head, policy, value, batch)
 
-    return Agent(init=init, act=act, prepare=prepare, loss=loss, greedy=head.greedy)
+    return Agent(
+        init=init,
+        act=act,
+        prepare=prepare,
+        loss=loss,
+        greedy=head.greedy,
+        prepare_no_lag=prepare_no_lag if config.shared_torso else None,
+    )
 
 
 def targets(config: PPOConfig, head, traj: Trajectory, v_tm1, v_t, mean_fn) -> PPOBatch:

@@ -296,6 +296,7 @@ def make_learner(
     unroll: int | bool = 1,
     microbatch_steps: int = 0,
     envs_per_device: int = 0,
+    no_policy_lag: bool = False,
 ) -> Learner:
     """Builds ``Learner(init, update)``: :func:`learner_skeleton` around the body the agent
     asks for. Without ``agent.replay``, epochs of minibatches (:func:`epochs`):
@@ -341,12 +342,17 @@ def make_learner(
       envs_per_device: the environments of one device's share of a trajectory; what a replay
         of windows (sequences, :class:`podracer.core.replay.Replay`) keeps a stream for each
         (the loops give it; other learners do not use it).
+      no_policy_lag: the trajectories were acted by the very params ``update`` is given (the
+        Anakin loop): ``agent.prepare_no_lag`` is used where the agent has one, reusing what
+        the actors computed instead of computing it again.
 
     Returns:
       ``Learner(init, update)``: ``init(key, example_obs) -> LearnerState`` and
       ``update(state, traj) -> (state, metrics)``, pure functions that know no devices beyond
       ``axis_name``.
     """
+    if no_policy_lag and agent.prepare_no_lag is not None:
+        agent = agent._replace(prepare=agent.prepare_no_lag)
     layout = dict(axis_name=axis_name, unroll=unroll, microbatch_steps=microbatch_steps)
     if agent.replay is not None:
         from podracer.core.replay import replay_body, replay_init

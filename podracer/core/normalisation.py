@@ -210,6 +210,10 @@ def normalised(
     def prepare(params, state: NormalisedState, traj: Trajectory, mean_fn):
         return agent.prepare(params, state.inner, normalised_trajectory(state, traj), mean_fn)
 
+    def prepare_no_lag(params, state: NormalisedState, traj: Trajectory, mean_fn):
+        inner = normalised_trajectory(state, traj)
+        return agent.prepare_no_lag(params, state.inner, inner, mean_fn)
+
     def actor_params(params, state: NormalisedState):
         return NormalisedParams(agent.actor_params(params, state.inner), state.observations)
 
@@ -221,6 +225,7 @@ def normalised(
     return agent._replace(
         act=act,
         prepare=prepare,
+        prepare_no_lag=None if agent.prepare_no_lag is None else prepare_no_lag,
         init_state=init_state,
         update_state=update_state,
         actor_params=actor_params,

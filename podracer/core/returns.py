@@ -220,18 +220,18 @@ def bootstrap_values(
     contract), so the bootstrap value of step ``t`` is ``v_obs[t + 1]``, except at the last step
     (``value_fn`` on ``bootstrap_obs[T - 1]``: ``B`` rows) and at episode ends. A termination's
     bootstrap is multiplied by a zero discount, so whatever stands there does; a truncation
-    before the last step needs ``value_fn`` of its final observation, and then (rarely, inside
-    a ``lax.cond``) every ``bootstrap_obs`` is evaluated and the truncated steps take theirs.
-    Under ``vmap`` with a batched ``truncated_t`` (vmapped members), the ``lax.cond`` becomes a
-    select and both branches run: one ``B``-row pass more than evaluating every
-    ``bootstrap_obs``, never fewer.
+    before the last step needs ``value_fn`` of its final observation: the truncated steps' final
+    observations are gathered ``B`` at a time (a ``lax.while_loop``: no pass without a
+    truncation, one ``B``-row pass for up to ``B`` of them, which is every case where the time
+    limit is longer than the rollout) and their values put in place. Under ``vmap`` with a
+    batched ``truncated_t`` (vmapped members) the loop runs as many passes as the member with
+    the most truncations needs.
 
     ``value_fn(params, obs [N, ...]) -> [N, ...]`` gives values or action values (a pytree of
     them); the result has ``v_obs``'s shape. ``bootstrap_obs`` may be a pytree of ``[T, B, ...]``
     leaves too: a recurrent network's bootstrap is ``(carry after the step, bootstrap_obs)``
-    (:func:`podracer.core.memory.bootstrap_outputs`). (``params`` goes into the ``lax.cond`` as
-    an operand already marked as varying over the observations' ``shard_map`` axes: a branch
-    that marks it itself trips the conversion of a batched ``cond`` to a select in JAX 0.10.)
+    (:func:`podracer.core.memory.bootstrap_outputs`). (``params`` is marked as varying over the
+    observations' ``shard_map`` axes before the loop, as every value the loop computes is.)
     """
     num_steps = truncated_t.shape[time_axis]
     dims = truncated_t.ndim
@@ -245,22 +245,29 @@ def bootstrap_values(
         tail,
     )
 
-    def every(params, shifted, bootstrap_obs, truncated_t):
-        flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[dims:]), bootstrap_obs)
+    size = truncated_t.size
+    rows = size // num_steps  # one step's worth: B
+    step_index = jax.lax.broadcasted_iota(jnp.int32, truncated_t.shape, time_axis)
+    before_last = (truncated_t & (step_index < num_steps - 1)).reshape(size)
 
-        def pick(values, shifted):
-            values = values.reshape(shifted.shape)
-            where = truncated_t.reshape(truncated_t.shape + (1,) * (shifted.ndim - dims))
-            return jnp.where(where, values, shifted)
+    def flat(tree):
+        return jax.tree.map(lambda x: x.reshape(size, *x.shape[dims:]), tree)
 
-        return jax.tree.map(pick, value_fn(params, flat), shifted)
-
-    def none(params, shifted, bootstrap_obs, truncated_t):
-        del params, bootstrap_obs, truncated_t
-        return shifted
-
-    before_last = jax.lax.slice_in_dim(truncated_t, 0, num_steps - 1, axis=time_axis)
-    # Typed as varying as the observations are, so that neither branch marks them itself.
+    flat_obs = flat(bootstrap_obs)
+    # Typed as varying as the observations are, as every value computed in the loop is.
     varying = vary_as(params, jax.tree.leaves(bootstrap_obs)[0])
-    operands = (varying, shifted, bootstrap_obs, truncated_t)
-    return jax.lax.cond(jnp.any(before_last), every, none, *operands)
+
+    def pending(carry):
+        return jnp.any(carry[0])
+
+    def one_pass(carry):
+        """The values of the next ``rows`` truncated steps' final observations, in place."""
+        mask, values = carry
+        (index,) = jnp.nonzero(mask, size=rows, fill_value=size)  # size: no step (dropped)
+        picked = jax.tree.map(lambda x: jnp.take(x, index, axis=0, mode="clip"), flat_obs)
+        new = value_fn(varying, picked)
+        values = jax.tree.map(lambda v, n: v.at[index].set(n, mode="drop"), values, new)
+        return mask.at[index].set(False, mode="drop"), values
+
+    _, values = jax.lax.while_loop(pending, one_pass, (before_last, flat(shifted)))
+    return jax.tree.map(lambda v, s: v.reshape(s.shape), values, shifted)

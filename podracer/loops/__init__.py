@@ -78,10 +78,11 @@ class Loop(NamedTuple):
     - ``members_in_one_program``: sweeps and populations run their members as one program
       (Anakin's vmapped members); otherwise a sweep runs them in turn and a population is refused;
     - ``with_members(config, n)``: the config that runs ``n`` members;
-    - ``place_members(config) -> (config, devices)``: where the members run when
+    - ``place_members(config, recipe) -> (config, devices)``: where the members run when
       :func:`podracer.parallel.use_cpu_cores` gave a CPU one device per core and no devices are
       given (:func:`podracer.parallel.spread_members`): Anakin puts them on as many cores as
-      divide them.
+      divide them, and splits each member's environments over the cores left over where its
+      batch is large enough.
     """
 
     name: str
@@ -92,7 +93,7 @@ class Loop(NamedTuple):
     build: Callable[..., System]
     members_in_one_program: bool = False
     with_members: Callable[[Any, int], Any] | None = None
-    place_members: Callable[[Any], tuple[Any, Sequence[jax.Device] | None]] | None = None
+    place_members: Callable[..., tuple[Any, Sequence[jax.Device] | None]] | None = None
 
 
 _BUILT_IN = {"anakin": "podracer.anakin", "sebulba": "podracer.sebulba"}
@@ -177,8 +178,6 @@ def build(
       The loop's :class:`System`: ``init(seed)``, ``run(state, ...)``, ``evaluator(...)``.
     """
     loop = get(loop) if isinstance(loop, str) else loop
-    if devices is None and loop.place_members is not None and parallel.spread_members():
-        config, devices = loop.place_members(config)
     recipe = make_recipe(
         loop,
         env_id,
@@ -190,6 +189,8 @@ def build(
         devices=devices,
         env_options=env_options,
     )
+    if devices is None and loop.place_members is not None and parallel.spread_members():
+        config, devices = loop.place_members(config, recipe)
     return loop.build(
         recipe,
         config,

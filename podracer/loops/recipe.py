@@ -63,14 +63,18 @@ class Recipe(NamedTuple):
         *,
         axis_name: str | None = None,
         envs_per_device: int = 0,
+        no_policy_lag: bool = False,
     ) -> Learner:
         """The agent's learner core (its spec's ``make_learner``) in this recipe's layout;
         ``agent`` and ``optimizer`` default to the recipe's (a member passes its own).
         ``envs_per_device``: the environments of one learner device's share of a trajectory
-        (what a replay of windows keeps a stream for)."""
+        (what a replay of windows keeps a stream for). ``no_policy_lag``: the loop acts with
+        the params it learns (Anakin; :func:`podracer.core.learner.make_learner`)."""
         options = dict(axis_name=axis_name, **self.layout._asdict())
-        if _takes(self.agent_spec.make_learner, "envs_per_device"):
-            options["envs_per_device"] = envs_per_device
+        extra = {"envs_per_device": envs_per_device, "no_policy_lag": no_policy_lag}
+        for keyword, value in extra.items():
+            if _takes(self.agent_spec.make_learner, keyword):
+                options[keyword] = value
         return self.agent_spec.make_learner(
             self.agent if agent is None else agent,
             self.optimizer if optimizer is None else optimizer,
@@ -88,7 +92,8 @@ class Recipe(NamedTuple):
 
 def _takes(function, keyword: str) -> bool:
     """Whether ``function`` accepts ``keyword`` (by name or through ``**kwargs``): a user's
-    ``make_learner`` written before ``envs_per_device`` existed keeps working."""
+    ``make_learner`` written before ``envs_per_device`` or ``no_policy_lag`` existed keeps
+    working."""
     import inspect
 
     try:
