@@ -64,6 +64,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from podracer import ops
 from podracer.agents.dqn import init_target, target_update
 from podracer.agents.optim import clipped_adam
 from podracer.agents.spec import AgentSpec, Space, num_actions
@@ -268,10 +269,16 @@ class MuZeroResNet(nn.Module):
             x = jnp.transpose(x, (0, 2, 3, 1))
         x = nn.relu(nn.Conv(self.channels, (3, 3), (2, 2), padding="SAME")(x))
         for _ in range(self.blocks):
-            y = nn.relu(nn.LayerNorm()(nn.Conv(self.channels, (3, 3), padding="SAME")(x)))
-            y = nn.LayerNorm()(nn.Conv(self.channels, (3, 3), padding="SAME")(y))
+            y = nn.relu(nn.LayerNorm()(_conv3x3(self.channels)(x)))
+            y = nn.LayerNorm()(_conv3x3(self.channels)(y))
             x = nn.relu(x + y)
         return x.reshape(x.shape[0], -1)
+
+
+def _conv3x3(channels: int) -> nn.Conv:
+    """A 3x3 stride-1 ``SAME`` convolution through :func:`podracer.ops.conv_general_dilated`
+    (the same values; a gradient XLA:CPU runs fast inside loops)."""
+    return nn.Conv(channels, (3, 3), padding="SAME", conv_general_dilated=ops.conv_general_dilated)
 
 
 def _mlp(sizes, activation: str, x):
