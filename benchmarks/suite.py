@@ -122,7 +122,14 @@ FULL = Sizes(
     target_steps=2**21,
     min_updates=4,
     max_updates=1024,
-    first_guess_s={"anakin": 30, "catch": 20, "memory": 60, "population": 60, "sebulba": 60},
+    first_guess_s={
+        "anakin": 30,
+        "catch": 20,
+        "memory": 60,
+        "population": 60,
+        "sebulba": 60,
+        "peers": 600,
+    },
 )
 SMOKE = Sizes(
     anakin_envs=(8,),
@@ -142,7 +149,14 @@ SMOKE = Sizes(
     target_steps=0,
     min_updates=2,
     max_updates=2,
-    first_guess_s={"anakin": 10, "catch": 5, "memory": 15, "population": 15, "sebulba": 20},
+    first_guess_s={
+        "anakin": 10,
+        "catch": 5,
+        "memory": 15,
+        "population": 15,
+        "sebulba": 20,
+        "peers": 120,
+    },
 )
 
 
@@ -250,8 +264,8 @@ def peer_benches(args, smoke: bool) -> list[Bench]:
             return peers.pairs(name, peer, ours, pairs, timeout=1800)
 
         config = AnakinConfig(num_envs=n, rollout_len=128)
-        benches.append(Bench(f"peer-purejaxrl-ppo-{n}", "peers", "peers", steps, PPOConfig(),
-                             config, measure, skip))  # fmt: skip
+        name = f"peer-purejaxrl-ppo-{n}"
+        benches.append(Bench(name, "peers", name, steps, PPOConfig(), config, measure, skip))
     for name in peers.CLEANBA_SCALED:
         steps = peers.CLEANBA_STEPS[name] // (4 if smoke else 1)
         skip = None if args.cleanba else "no --cleanba DIR given (benchmarks/README.md, Peers)"
@@ -260,7 +274,8 @@ def peer_benches(args, smoke: bool) -> list[Bench]:
             return peers.cleanba_pairs(str(args.cleanba), name, steps, 1, timeout=3600)
 
         config = SebulbaConfig(envs_per_actor=8, rollout_len=32)
-        benches.append(Bench(f"peer-{name}", "peers", "peers", steps, PPOConfig(), config,
+        resnet = PPOConfig(torso="impala_resnet", shared_torso=True)  # podracer's side's layout
+        benches.append(Bench(f"peer-{name}", "peers", f"peer-{name}", steps, resnet, config,
                              measure, skip))  # fmt: skip
     return benches
 

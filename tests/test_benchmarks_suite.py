@@ -24,6 +24,9 @@ SMOKE = [
     "sebulba-impala-breakout-same",
     "sebulba-impala-breakout-split",  # skipped: one device
     "population-4-vmap",
+    "peer-purejaxrl-ppo-4",  # skipped: no --purejaxrl DIR
+    "peer-cleanba-ppo",  # skipped: no --cleanba DIR
+    "peer-cleanba-impala",
 ]
 PLATFORM = ("backend", "platform", "device_kind", "device_count", "jax", "date", "suite")
 POSITIVE = ("sps", "env_only_sps", "ratio", "compile_s", "peak_rss_mb", "wall_s", "total_steps")
@@ -64,13 +67,18 @@ def test_smoke_run_writes_one_line_per_configuration_and_plots(tmp_path):
         for name, layout in check["simulated"][platform].items():
             assert layout == {"unroll": 1, "microbatch_steps": 0}, (platform, name, layout)
     # On CPU the image torso gets its CPU layout, so the check can tell the two apart.
-    assert check["cpu_specific_on_cpu"] == [n for n in SMOKE if n.startswith("sebulba")]
+    resnets = [n for n in SMOKE if n.startswith(("sebulba", "peer-cleanba"))]
+    assert check["cpu_specific_on_cpu"] == resnets
 
     assert [line["config"] for line in configs] == SMOKE
     for line in configs:
         name = line["config"]
         if name.endswith("-split") or (name.startswith("sebulba") and not HAVE_ENVPOOL):
             assert line["kind"] == "skipped" and line["reason"], line
+            continue
+        if name.startswith("peer-"):  # no peer's path given: skipped, saying which flag
+            flag = "--purejaxrl" if "purejaxrl" in name else "--cleanba"
+            assert line["kind"] == "skipped" and flag in line["reason"], line
             continue
         assert line["kind"] == "benchmark", line
         for key in POSITIVE:
