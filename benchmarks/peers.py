@@ -23,6 +23,9 @@ Configurations:
   grad-norm 0.5, separate 64-64 tanh MLPs), which are podracer's PPO defaults. Each side trains
   for the same steps; steps per second is those steps over the training's wall time after
   compiling.
+- ``ppo-gru-4`` (``--rnn``): recurrent PPO against PureJaxRL's ``purejaxrl/ppo_rnn.py`` with its
+  own configuration (the same rates, 4 envs x 128 steps; a 128-relu layer, a 128-unit GRU and
+  128-relu heads), podracer's ``PPOConfig(memory="gru", ...)`` of the same sizes.
 - ``catch-demo``: the Podracer paper's Catch demo (Q(lambda), 128 envs x 16 steps), podracer
   alone: no public peer of it runs on current JAX (the paper's colab is not published as code),
   so its line carries podracer and the environment alone.
@@ -93,8 +96,9 @@ IMPALA, Cleanba's 4 minibatches (PPO: 4 epochs of them, clip 0.1); the same netw
 sides (the IMPALA ResNet 16-32-32 and a 256-unit layer, shared by policy and value). Cleanba
 acts and learns on one device; podracer places its actor and learner as its defaults do."""
 
-CLEANBA_STEPS = {"cleanba-ppo": 8 * 32 * 4, "cleanba-impala": 8 * 20 * 8}
-"""Environment steps per Breakout run: 4 updates of PPO, 8 of IMPALA."""
+CLEANBA_STEPS = {"cleanba-ppo": 8 * 32 * 3, "cleanba-impala": 8 * 20 * 4}
+"""Environment steps per Breakout run: 3 updates of PPO, 4 of IMPALA (Cleanba's learner takes
+minutes an update on a CPU: its convolutions' gradients run in loops)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +194,32 @@ def train_state_of_any_params():
     train_state.TrainState.create = classmethod(any_params_create)
 
 
+def flax_gru_cell_of_old():
+    """``flax.linen`` as ``ppo_rnn.py`` knew it: flax 0.12's ``GRUCell`` needs ``features`` and
+    its ``initialize_carry`` is a method of an instance; ppo_rnn.py builds ``nn.GRUCell()``
+    and calls ``nn.GRUCell.initialize_carry(key, batch_dims, size)``. The namespace returned
+    is ``flax.linen`` with a ``GRUCell`` that takes its features from the carry it is given
+    (the same cell, params one level deeper) and makes the zero carry the old way."""
+    import types
+
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    class GRUCell(nn.Module):
+        @nn.compact
+        def __call__(self, carry, inputs):
+            return nn.GRUCell(features=carry.shape[-1])(carry, inputs)
+
+        @staticmethod
+        def initialize_carry(key, batch_dims, size):
+            del key
+            return jnp.zeros((*batch_dims, size))
+
+    namespace = types.SimpleNamespace(**{k: getattr(nn, k) for k in dir(nn) if k[0] != "_"})
+    namespace.GRUCell = GRUCell
+    return namespace
+
+
 def envpool_gym_api():
     """envpool 1.2's ``env_type="gym"`` pools follow gymnasium's API (``reset`` returns
     ``(obs, info)``, ``step`` and ``recv`` five values) and their ``num_envs`` cannot be set;
@@ -236,23 +266,29 @@ def envpool_gym_api():
 # One measurement, in a child process: prints one JSON line.
 
 
-def child_purejaxrl(directory: str, num_envs: int, total_steps: int) -> dict:
+def child_purejaxrl(directory: str, script: str, num_envs: int, total_steps: int) -> dict:
+    """PureJaxRL's ``purejaxrl/{script}.py`` (``ppo`` or ``ppo_rnn``), unchanged, with its own
+    configuration: compiled ahead of time, then the whole training in one call."""
+    import importlib
+
     gymnax_five_values()
     sys.path.insert(0, os.path.join(directory, "purejaxrl"))
     import jax
     import numpy as np
-    import ppo  # purejaxrl/ppo.py, unchanged
 
+    module = importlib.import_module(script)
+    if script == "ppo_rnn":
+        module.nn = flax_gru_cell_of_old()
     config = {**PPO_CONFIG, "NUM_ENVS": num_envs, "TOTAL_TIMESTEPS": total_steps}
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
-    compiled = jax.jit(ppo.make_train(config)).lower(key).compile()
+    compiled = jax.jit(module.make_train(config)).lower(key).compile()
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
     out = jax.block_until_ready(compiled(key))
     elapsed = time.perf_counter() - start
     steps = config["NUM_UPDATES"] * num_envs * config["NUM_STEPS"]
-    info = out["metrics"]
+    info = out["metrics"] if "metrics" in out else out["metric"]  # ppo.py / ppo_rnn.py
     ended = np.asarray(info["returned_episode"][-1])
     returns = np.asarray(info["returned_episode_returns"][-1])[ended]
     return {
@@ -272,7 +308,12 @@ def child_podracer_anakin(env_id: str, agent: str, num_envs: int, rollout_len: i
     from podracer.agents import PPOConfig, QLambdaConfig
     from podracer.anakin import AnakinConfig, build, run
 
-    agent_config = {"ppo": PPOConfig, "qlambda": QLambdaConfig}[agent]()
+    agent_config = {
+        "ppo": PPOConfig(),
+        # ppo_rnn.py's network: a 128-relu layer, a 128-unit GRU, 128-relu heads.
+        "ppo-gru": PPOConfig(memory="gru", memory_size=128, hidden_sizes=(128,), activation="relu"),
+        "qlambda": QLambdaConfig(),
+    }[agent]
     config = AnakinConfig(num_envs=num_envs, rollout_len=rollout_len)
     system = build(env_id, agent_config, config, total_timesteps=steps)
     summary = run(system, seed=0, total_timesteps=steps).summary
@@ -423,6 +464,7 @@ def main(argv=None) -> None:
     parser.add_argument("--num-envs", type=int, nargs="*", help="Anakin PPO sizes (4 64 1024)")
     parser.add_argument("--steps", type=int, help="environment steps per run (all configs)")
     parser.add_argument("--catch", action="store_true", help="also the Catch demo line")
+    parser.add_argument("--rnn", action="store_true", help="also recurrent PPO (ppo_rnn.py)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per child run")
     parser.add_argument("--out", help="also append the JSON lines to this file")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -431,7 +473,7 @@ def main(argv=None) -> None:
     if args.child:
         kind, *rest = args.child
         if kind == "purejaxrl":
-            result = child_purejaxrl(rest[0], int(rest[1]), int(rest[2]))
+            result = child_purejaxrl(rest[0], rest[1], int(rest[2]), int(rest[3]))
         elif kind == "anakin":
             result = child_podracer_anakin(rest[0], rest[1], *map(int, rest[2:5]))
         elif kind == "cleanba":
@@ -448,11 +490,11 @@ def main(argv=None) -> None:
         parser.error("give --purejaxrl DIR and/or --cleanba DIR (or --catch for podracer alone)")
     if args.purejaxrl:
         for n in args.num_envs or (4, 64, 1024):
-            steps = args.steps or ANAKIN_STEPS.get(n, 500_000)
-            peer = ["--child", "purejaxrl", args.purejaxrl, str(n), str(steps)]
-            ours = ["--child", "anakin", "gymnax:CartPole-v1", "ppo", str(n), "128", str(steps)]
-            record = pairs(f"ppo-{n}", peer, ours, args.pairs, args.timeout)
-            emit({"peer": "purejaxrl/ppo.py", "num_envs": n, **record}, args.out)
+            record = purejaxrl_pairs(args.purejaxrl, "ppo", n, args.steps, args.pairs, args.timeout)
+            emit(record, args.out)
+        if args.rnn:
+            record = purejaxrl_pairs(args.purejaxrl, "ppo_rnn", 4, args.steps, args.pairs, 1800)
+            emit(record, args.out)
     if args.catch:
         steps = args.steps or 2_000_000
         line = measure(["--child", "anakin", "catch", "qlambda", "128", "16", str(steps)], 600)
@@ -461,6 +503,18 @@ def main(argv=None) -> None:
         for name in CLEANBA_SCALED:
             steps = args.steps or CLEANBA_STEPS[name]
             emit(cleanba_pairs(args.cleanba, name, steps, args.pairs, args.timeout), args.out)
+
+
+def purejaxrl_pairs(directory, script: str, n: int, steps, num_pairs: int, timeout: float):
+    """``num_pairs`` pairs of PureJaxRL's ``script`` (``ppo`` or ``ppo_rnn``) at ``n`` envs and
+    podracer's Anakin PPO (with the GRU for ``ppo_rnn``); :func:`pairs`'s record."""
+    steps = steps or ANAKIN_STEPS.get(n, 500_000)
+    peer = ["--child", "purejaxrl", directory, script, str(n), str(steps)]
+    agent = "ppo" if script == "ppo" else "ppo-gru"
+    ours = ["--child", "anakin", "gymnax:CartPole-v1", agent, str(n), "128", str(steps)]
+    name = f"ppo-{n}" if script == "ppo" else f"ppo-gru-{n}"
+    record = pairs(name, peer, ours, num_pairs, timeout)
+    return {"peer": f"purejaxrl/{script}.py", "num_envs": n, **record}
 
 
 def cleanba_pairs(directory: str, name: str, steps: int, n: int, timeout: float) -> dict:

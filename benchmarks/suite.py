@@ -257,11 +257,9 @@ def peer_benches(args, smoke: bool) -> list[Bench]:
     for n in (4,) if smoke else (4, 64, 1024):
         steps = 4 * n * 128 if smoke else peers.ANAKIN_STEPS[n]
         skip = None if args.purejaxrl else "no --purejaxrl DIR given (benchmarks/README.md, Peers)"
-        peer = ["--child", "purejaxrl", str(args.purejaxrl), str(n), str(steps)]
-        ours = ["--child", "anakin", "gymnax:CartPole-v1", "ppo", str(n), "128", str(steps)]
 
-        def measure(name=f"ppo-{n}", peer=peer, ours=ours):
-            return peers.pairs(name, peer, ours, pairs, timeout=1800)
+        def measure(n=n, steps=steps):
+            return peers.purejaxrl_pairs(str(args.purejaxrl), "ppo", n, steps, pairs, 1800)
 
         config = AnakinConfig(num_envs=n, rollout_len=128)
         name = f"peer-purejaxrl-ppo-{n}"
