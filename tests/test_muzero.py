@@ -1,8 +1,9 @@
 """MuZero (podracer/agents/muzero.py): the search on a hand-built model (one device and under a
 checked shard_map over two), the window targets against NumPy, the two-hot and h-transform
-against rlax, the gradient scaling of the dynamics, bad config values, exact resume and
-learning catch."""
+against rlax, the gradient scaling of the dynamics, reanalyse's policy targets and the value
+targets' bootstrap, bad config values, exact resume and learning catch."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -243,6 +244,130 @@ def test_the_gradient_into_the_dynamics_is_scaled_at_each_step():
     for k in range(4):
         assert np.abs(full[k]).max() > 1e-3
         np.testing.assert_allclose(half[k], 0.5**k * full[k], rtol=1e-4, atol=1e-7)
+
+
+# --- reanalyse ------------------------------------------------------------------------------
+
+REANALYSE = dict(
+    hidden_sizes=(16,),
+    model_hidden_sizes=(16,),
+    embedding_size=8,
+    num_unroll_steps=1,
+    n_step=2,
+    num_simulations=4,
+    gamma=0.9,
+    batch_size=8,
+)
+
+
+def random_params(config: MuZeroConfig, obs, seed: int):
+    """Random weights everywhere (the heads start at zero, whose searches are all uniform)."""
+    network = muzero.MuZeroNetwork(config, A)
+    shapes = jax.eval_shape(network.init, jax.random.key(0), obs[:1])
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda x: jnp.asarray(0.5 * rng.normal(size=x.shape), x.dtype), shapes)
+
+
+@pytest.fixture(scope="module")
+def reanalysed():
+    """A batch of 8 random windows (terminations included), online and target params that
+    differ, the loss's metrics (jitted, one key) without reanalyse and with a fraction of 0.5,
+    and the search (the same key) of the target params and of the online params on the
+    stored observations at positions 0..K."""
+    from podracer.agents.dqn import DQNState
+    from podracer.core.replay import ReplayBatch
+
+    config = MuZeroConfig(**REANALYSE)
+    b, w, k = config.batch_size, config.window, config.num_unroll_steps
+    rng = np.random.default_rng(0)
+    obs = jnp.asarray(rng.normal(size=(b, w, 5)), jnp.float32)
+    weights = rng.random((b, w, A)) + 0.05
+    steps = muzero.Step(
+        obs=obs,
+        action=jnp.asarray(rng.integers(0, A, (b, w)), jnp.int32),
+        reward=jnp.asarray(rng.normal(size=(b, w)), jnp.float32),
+        terminated=jnp.asarray(rng.random((b, w)) < 0.15),
+        truncated=jnp.zeros((b, w), bool),
+        bootstrap_obs=jnp.asarray(rng.normal(size=(b, w, 5)), jnp.float32),
+        search_policy=jnp.asarray(weights / weights.sum(-1, keepdims=True), jnp.float32),
+        search_value=jnp.asarray(rng.normal(size=(b, w)), jnp.float32),
+    )
+    params, target = (random_params(config, obs[:, 0], seed) for seed in (1, 2))
+    key = jax.random.key(7)
+
+    losses = {}
+    for fraction in (0.0, 0.5):
+        agent = muzero.make_agent(dataclasses.replace(config, reanalyse_fraction=fraction), A)
+
+        def metrics(steps, agent=agent):
+            batch = ReplayBatch(steps, jnp.ones((b,)), DQNState(target, jnp.zeros((), jnp.int32)))
+            return agent.loss(params, batch, key)[1].metrics
+
+        losses[fraction] = jax.jit(metrics)
+    search = jax.jit(
+        muzero.make_search(config, muzero.model_of(muzero.MuZeroNetwork(config, A)), A)
+    )
+
+    def searched(p):  # the search of p on the stored observations at positions 0..K: [b, K+1, A]
+        flat = obs[:, : k + 1].reshape(b * (k + 1), -1)
+        return search(p, flat, key).weights.reshape(b, k + 1, A)
+
+    return steps, losses, searched(target), searched(params)
+
+
+def with_policy(steps, policy, rows):
+    """``steps`` whose stored policies at positions 0..K of the first ``rows`` windows are
+    ``policy``'s."""
+    k1 = policy.shape[1]
+    new = steps.search_policy.at[:rows, :k1].set(policy[:rows])
+    return steps._replace(search_policy=new)
+
+
+def close(x, y):
+    return all(np.allclose(x[name], y[name], rtol=1e-5, atol=1e-6) for name in x)
+
+
+def test_reanalyse_targets_are_the_target_params_search_on_the_stored_observations(reanalysed):
+    """With a fraction of 0.5 the loss (each of its terms) equals the loss without reanalyse on
+    windows whose first half stores a fresh search with the target params (the same key) and
+    whose second half keeps its policies: the reanalysed windows' policy targets are that
+    search, the others' the stored ones. The value targets do not change."""
+    steps, losses, fresh, online = reanalysed
+    half = steps.reward.shape[0] // 2
+    assert not np.allclose(fresh, steps.search_policy[:, : fresh.shape[1]], atol=1e-2)
+    assert not np.allclose(fresh, online, atol=1e-2)  # the target params' search, not the online
+    stored = losses[0.0](steps)
+    got = losses[0.5](steps)
+    assert close(got, losses[0.0](with_policy(steps, fresh, half))), got
+    assert not close(got, stored)
+    assert not close(got, losses[0.0](with_policy(steps, online, half)))
+    assert not close(got, losses[0.0](with_policy(steps, fresh, 2 * half)))
+    np.testing.assert_allclose(got["value_target"], stored["value_target"], rtol=1e-6)
+    np.testing.assert_allclose(got["value_loss"], stored["value_loss"], rtol=1e-5)
+
+
+def test_value_targets_bootstrap_from_the_target_networks_value(reanalysed):
+    """z_0 = the n-step return (NumPy) + its discount times the target params' value of the
+    stored bootstrap observation, with or without reanalyse."""
+    steps, losses, _, _ = reanalysed
+    config = MuZeroConfig(**REANALYSE)
+    k, n = config.num_unroll_steps, config.n_step
+    want = numpy_targets(
+        *(np.asarray(x) for x in (steps.reward, steps.terminated, steps.truncated)),
+        config.gamma,
+        n,
+        k,
+    )
+    b = steps.reward.shape[0]
+    model = muzero.model_of(muzero.MuZeroNetwork(config, A))
+    target = random_params(config, steps.obs[:, 0], 2)
+    boot = steps.bootstrap_obs[np.arange(b), want["last"][:, 0]]
+    value = muzero.logits_to_scalar(model.predict(target, model.represent(target, boot))[1], 20)
+    z0 = want["value"][:, 0] + want["discount"][:, 0] * np.asarray(value)
+    assert np.any(want["discount"][:, 0] == 0) and np.any(want["discount"][:, 0] > 0)
+    for fraction in (0.0, 0.5):
+        got = losses[fraction](steps)["value_target"]
+        np.testing.assert_allclose(got, z0.mean(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
