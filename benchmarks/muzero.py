@@ -18,6 +18,7 @@ One JSON line per configuration on stdout (``--out`` appends them to a file):
   learner core, one device, no ``shard_map``) on trajectories of ``num_envs x rollout_len``
   random steps after its buffer holds ``learning_starts`` steps, best of 3; an update takes
   ``round(replay_ratio x steps)`` gradient steps of ``batch_size`` windows;
+- ``learner_layout``: the layout the run's recipe chose;
 - what ran: ``env``, ``num_simulations``, ``search``, sizes, ``backend``, ``device_kind``.
 
 In Anakin the three parts run one after another in one program, so ``1 / sps`` is about
@@ -122,9 +123,18 @@ def learner_rate(env, config: MuZeroConfig, num_envs: int, rollout_len: int, upd
     return updates / seconds, gradient_steps(config, num_envs * rollout_len)
 
 
-def bench(name: str, env_id: str, config: MuZeroConfig, total_steps: int, smoke: bool) -> dict:
+def bench(
+    name: str,
+    env_id: str,
+    config: MuZeroConfig,
+    total_steps: int,
+    smoke: bool,
+    num_envs: int | None = None,
+) -> dict:
+    """One configuration's line: Anakin with the agent's loop defaults (``num_envs`` of them
+    unless given)."""
     loop = muzero.SPEC.loop_defaults["anakin"]
-    arch = AnakinConfig(num_envs=loop["num_envs"], rollout_len=loop["rollout_len"])
+    arch = AnakinConfig(num_envs=num_envs or loop["num_envs"], rollout_len=loop["rollout_len"])
     env = envs.make(env_id)
     system = build(env_id, config, arch, total_timesteps=total_steps, devices=jax.devices()[:1])
     summary = run(system, seed=0, total_timesteps=total_steps).summary
@@ -149,6 +159,7 @@ def bench(name: str, env_id: str, config: MuZeroConfig, total_steps: int, smoke:
         "learner_updates_per_s": updates_per_s,
         "gradient_steps_per_update": steps_per_update,
         "gradient_steps_per_s": updates_per_s * steps_per_update,
+        "learner_layout": system.recipe.layout._asdict(),
         "backend": jax.default_backend(),
         "device_kind": jax.devices()[0].device_kind,
         **peak_memory(),

@@ -1,7 +1,7 @@
 """Accelerator suite: every benchmark at sizes that fill an accelerator, in one JSONL and PNG plots.
 
     python benchmarks/suite.py --out results/            # the full suite: about 8 min on one GPU
-    python benchmarks/suite.py --smoke --out /tmp/suite  # tiny sizes: about 1.5 min on 2 CPU cores
+    python benchmarks/suite.py --smoke --out /tmp/suite  # tiny sizes: about 2.5 min on 2 CPU cores
     python benchmarks/suite.py --only catch,population --out results/ --append
     python benchmarks/suite.py --plot-only results/      # the plots again, from suite.jsonl
 
@@ -17,6 +17,9 @@ Configurations, in this order (the headline figures first, so that a run cut sho
   the feed-forward agents);
 - Anakin PPO (preset ``trading``) on ``trading:synthetic`` (30 assets), 2,048 environments x 64
   steps;
+- MuZero (Gumbel search of 16 simulations, the agent's defaults) on ``catch``, 16 and 256
+  environments x 8 steps (``benchmarks/muzero.py``'s ``bench``: the line also has the search
+  alone, ``search_sps``, and the learner alone, ``learner_updates_per_s``);
 - Sebulba IMPALA and PPO (IMPALA ResNet) on ``envpool:Breakout-v5``, envpool threads = CPU
   cores, actor and learner on the same device, then (with several devices) on different ones
   (``sebulba_common.bench``);
@@ -48,6 +51,7 @@ run tests it too.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -69,6 +73,7 @@ import population_throughput
 
 from podracer import agents
 from podracer.agents import DQNConfig, PPOConfig, QLambdaConfig
+from podracer.agents.muzero import MuZeroConfig
 from podracer.anakin import AnakinConfig
 from podracer.loops import LearnerLayout, learner_layout
 from podracer.presets import preset_for
@@ -91,6 +96,8 @@ class Sizes(NamedTuple):
     memory_envs: tuple[int, ...]  # recurrent PPO on CartPole
     memory_dqn_envs: tuple[int, ...]  # DQN with a GRU on MemoryChain (x 8 steps)
     trading_envs: tuple[int, ...]  # PPO (trading preset) on trading:synthetic, 30 assets
+    muzero_envs: tuple[int, ...]  # MuZero on catch (x 8 steps)
+    muzero_steps: int  # environment steps of each MuZero configuration
     population: tuple[int, ...]
     population_loops: tuple[str, ...]
     population_rollout: int
@@ -112,6 +119,8 @@ FULL = Sizes(
     memory_envs=(256, 4096, 16384),
     memory_dqn_envs=(256,),
     trading_envs=(2048,),
+    muzero_envs=(16, 256),
+    muzero_steps=50_000,
     population=(64, 256),
     population_loops=("vmap", "map"),
     population_rollout=128,
@@ -128,6 +137,7 @@ FULL = Sizes(
         "memory": 60,
         "population": 60,
         "sebulba": 60,
+        "muzero": 120,
         "peers": 600,
     },
 )
@@ -139,6 +149,8 @@ SMOKE = Sizes(
     memory_envs=(),  # CI's budget: tests/test_memory*.py compile and train it
     memory_dqn_envs=(),
     trading_envs=(),  # CI's budget: tests/test_trading*.py train it
+    muzero_envs=(16,),
+    muzero_steps=2048,
     population=(4,),  # the tournament replaces a quarter: 4 is the smallest
     population_loops=("vmap",),  # CI's budget; "map" is the same code with another config
     population_rollout=16,
@@ -155,6 +167,7 @@ SMOKE = Sizes(
         "memory": 15,
         "population": 15,
         "sebulba": 20,
+        "muzero": 60,
         "peers": 120,
     },
 )
@@ -240,6 +253,8 @@ def configurations(sizes: Sizes) -> list[Bench]:
                 steps,
             )
         )
+    for n in sizes.muzero_envs:
+        benches.append(muzero_bench(sizes, n))
     benches.extend(sebulba_benches(sizes))
     for loop in sizes.population_loops:
         for size in sizes.population:
@@ -283,6 +298,29 @@ def anakin_bench(name, family, env_id, agent_config, config, steps) -> Bench:
         return anakin_throughput.bench(name, env_id, agent_config, config, steps)
 
     return Bench(name, "anakin", family, steps, agent_config, config, measure)
+
+
+def muzero_bench(sizes: Sizes, num_envs: int) -> Bench:
+    """MuZero on catch with the agent's defaults, through ``muzero.py``'s ``bench`` (the smoke
+    run: a buffer of 2,048 steps that learns from 256, 2 unroll steps and 2-step returns, which
+    halves what XLA compiles)."""
+    import muzero as muzero_benchmark  # benchmarks/muzero.py
+
+    config = MuZeroConfig()
+    if sizes is SMOKE:
+        config = dataclasses.replace(
+            config, learning_starts=256, buffer_size=2048, num_unroll_steps=2, n_step=2
+        )
+    rollout_len = agents.get("muzero").loop_defaults["anakin"]["rollout_len"]
+    loop = AnakinConfig(num_envs=num_envs, rollout_len=rollout_len)
+    name = f"muzero-catch-{num_envs}"
+
+    def measure():
+        return muzero_benchmark.bench(
+            name, "catch", config, sizes.muzero_steps, sizes is SMOKE, num_envs=num_envs
+        )
+
+    return Bench(name, "muzero", "muzero-catch", sizes.muzero_steps, config, loop, measure)
 
 
 def population_bench(sizes: Sizes, size: int, member_loop: str) -> Bench:
