@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The accelerator suite on a GPU machine, in one call: Python set up, the devices shown, then
 # benchmarks/suite.py, then benchmarks/envs.py for Craftax and MuJoCo Playground at 1,024 and
-# 4,096 envs; suite.jsonl, envs.jsonl, the plots and this script's log land in $OUT.
+# 4,096 envs, then Sebulba MuZero on Atari (envpool Breakout and Pong: the Podracer paper's
+# showcase scaled to one GPU); suite.jsonl, envs.jsonl, the plots, MuZero's run directories and
+# this script's log land in $OUT.
 #
 #   bash benchmarks/gpu_suite.sh                 # OUT defaults to benchmarks/results/suite
 #   TOTAL_S=540 OUT=/tmp/x SUITE_ARGS="--only anakin" bash benchmarks/gpu_suite.sh
@@ -15,8 +17,11 @@
 #      the package registries with `pip install -e .[dev]`, plus `jax[cuda12]` if its JAX sees
 #      no GPU.
 # TOTAL_S (default 540 s) bounds the whole script: the suite gets what setting up left, less a
-# margin for the plots and ENVS_S (default 150 s, envs.py's time; 0 skips it), as its --budget-s, and is stopped 60 s after that if it is still going
-# (what it measured by then stays in suite.jsonl, and the plots are drawn from it).
+# margin for the plots, ENVS_S (default 150 s, envs.py's time; 0 skips it) and MUZERO_S (default
+# 160 s, MuZero on Atari, half each game; 0 skips it; a call of its own for longer runs:
+# TOTAL_S=560 ENVS_S=0 MUZERO_S=420 SUITE_ARGS="--only muzero"), as its --budget-s, and is stopped 60 s
+# after that if it is still going (what it measured by then stays in suite.jsonl, and the plots
+# are drawn from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -69,7 +74,8 @@ echo "python: $PY ($("$PY" --version 2>&1)), $(nproc) CPU cores"
 timed "jax.devices()" "$PY" -c 'import jax; print(jax.__version__, jax.devices())'
 
 ENVS_S=${ENVS_S:-150}  # benchmarks/envs.py's share of TOTAL_S (0: not run)
-budget=$((TOTAL_S - SECONDS - 30 - ENVS_S))
+MUZERO_S=${MUZERO_S:-160}  # MuZero on Atari's share of TOTAL_S (0: not run)
+budget=$((TOTAL_S - SECONDS - 30 - ENVS_S - MUZERO_S))
 if [ "$budget" -lt 60 ]; then
   echo "only $budget s left of TOTAL_S=$TOTAL_S after setting up: not running the suite"
   exit 1
@@ -84,6 +90,22 @@ if [ "$ENVS_S" -gt 0 ]; then  # the JAX suites at accelerator sizes (a missing l
   timed "envs.py ($ENVS_S s)" timeout --signal=TERM "$ENVS_S" "$PY" benchmarks/envs.py \
     --only craftax,playground --id playground=playground:CheetahRun \
     --num-envs "${ENVS_NUM_ENVS:-1024,4096}" --out "$OUT/envs.jsonl" || true
+fi
+if [ "$MUZERO_S" -gt 0 ]; then
+  # Sebulba MuZero on Atari, actor and learner on the one GPU: 64 envs x 32 steps per rollout,
+  # Gumbel search of 16 simulations, the muzero_resnet torso on envpool's [4, 84, 84] frames,
+  # a buffer of 1e5 steps (2 x 2.8 GB of uint8 frames: observations and bootstrap ones). Each
+  # game gets half of MUZERO_S: stopped by SIGINT 15 s before its end (killed at the end if it
+  # has not stopped); its run directory keeps metrics.jsonl (sps, returns) up to the stop.
+  for game in Breakout Pong; do
+    timed "muzero $game ($((MUZERO_S / 2)) s)" \
+      timeout --signal=INT --kill-after=15 $((MUZERO_S / 2 - 15)) \
+      "$PY" -m podracer.cli train --arch sebulba --agent muzero --env "envpool:$game-v5" \
+      --agent.torso muzero_resnet --agent.buffer-size 100000 --agent.learning-starts 4096 \
+      --arch.envs-per-actor 64 --arch.rollout-len 32 --arch.actor-device-ids 0 \
+      --arch.learner-device-ids 0 --total-timesteps 2000000 --eval-interval 0 --no-tensorboard \
+      --run-dir "$OUT/muzero-$game" || true
+  done
 fi
 echo "== total: $SECONDS s, suite status $status; files in $OUT:"
 ls -la "$OUT"
