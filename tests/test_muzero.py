@@ -1,7 +1,8 @@
 """MuZero (podracer/agents/muzero.py): the search on a hand-built model (one device and under a
 checked shard_map over two), the window targets against NumPy, the two-hot and h-transform
 against rlax, the gradient scaling of the dynamics, reanalyse's policy targets and the value
-targets' bootstrap, bad config values, exact resume and learning catch."""
+targets' bootstrap, bad config values, exact resume, a Sebulba run on gymnasium's CartPole and
+learning catch."""
 
 import dataclasses
 import json
@@ -435,6 +436,42 @@ def test_anakin_resume_is_bitwise_exact_buffer_included(tmp_path):
     assert len(set(priorities.ravel().tolist())) > 2  # the priorities were set and saved
     for x, y in zip(*(jax.tree.leaves(to_raw(s)) for s in states), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_sebulba_muzero_runs_on_gymnasium_cartpole(tmp_path):
+    """Sebulba MuZero on gymnasium's CartPole (one device for actor and learner, tiny sizes):
+    the run ends, its actors searched, its learner updated on windows (a finite loss), and its
+    episodes returned. About 30 s on one CPU core, most of it compiling the actor's search and
+    the learner. (Atari, envpool:Breakout-v5 with muzero_resnet: docs/muzero.md, about a minute.)"""
+    pytest.importorskip("gymnasium")
+    from podracer.sebulba import SebulbaConfig
+
+    small = dict(num_unroll_steps=1, num_simulations=2, buffer_size=256, learning_starts=32)
+    config = MuZeroConfig(**{**SMALL, **small, "batch_size": 8})
+    spec = runs.RunSpec(
+        arch="sebulba",
+        agent="muzero",
+        env="gymnasium:CartPole-v1",
+        seed=0,
+        total_timesteps=2 * 8 * 12,
+        agent_config=config,
+        arch_config=SebulbaConfig(
+            envs_per_actor=2,
+            rollout_len=8,
+            env_threads=1,
+            actor_device_ids=(0,),
+            learner_device_ids=(0,),
+        ),
+        options=runs.RunOptions(eval_interval=0, tensorboard=False),
+    )
+    run_dir = tmp_path / "run"
+    summary = runs.train(spec, str(run_dir), console=False, devices=jax.devices()[:1])
+    assert summary["total_steps"] == 2 * 8 * 12 and summary["sps"] > 0
+    assert summary["actor_time_s"]["inference"] > 0 and summary["learner_time_s"]["update"] > 0
+    assert summary["final_return"] is not None and summary["final_return"] > 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses and all(np.isfinite(losses)) and losses[-1] > 0
 
 
 LEARN = dict(num_simulations=4, lr=3e-3, batch_size=64)
