@@ -363,7 +363,8 @@ def test_value_targets_bootstrap_from_the_target_networks_value(reanalysed):
     model = muzero.model_of(muzero.MuZeroNetwork(config, A))
     target = random_params(config, steps.obs[:, 0], 2)
     boot = steps.bootstrap_obs[np.arange(b), want["last"][:, 0]]
-    value = muzero.logits_to_scalar(model.predict(target, model.represent(target, boot))[1], 20)
+    logits = model.predict(target, model.represent(target, boot))[1]
+    value = muzero.logits_to_scalar(logits, config.support_size)
     z0 = want["value"][:, 0] + want["discount"][:, 0] * np.asarray(value)
     assert np.any(want["discount"][:, 0] == 0) and np.any(want["discount"][:, 0] > 0)
     for fraction in (0.0, 0.5):
