@@ -154,12 +154,16 @@ def member_placement(
     return devices[:shards], shards
 
 
-MIN_STEPS_PER_CORE = 1024
+MIN_STEPS_PER_CORE = 2048
 """Environment steps per update a CPU core must get before one member's environments are split
 over cores: below it the all-reduces cost more than the halved work saves. Measured with PPO on
-CartPole (128-step rollouts, 2 cores, ``benchmarks/README.md``, "Against PureJaxRL"): 8
-environments (512 steps a core) ran 16.0 ms an update on one core and 19.8 on two; 16 (1,024 a
-core) 43.5 against 33.4; 1,024 environments 2.45 s against 1.15."""
+CartPole (128-step rollouts, 2 cores, ``benchmarks/README.md``, "peers.py"): 8 environments (512
+steps a core) ran 16.0 ms an update on one core and 19.8 on two; 16 (1,024 a core) 43.5 against
+33.4; 32 (2,048) 83.2 against 68.3; 1,024 environments 2.45 s against 1.15. Set above 1,024
+because at 1,024 a core the Podracer paper's Catch demo (Q(lambda), 128 envs x 16 steps, a
+light update) ran slower split in whole runs (Q(lambda) on CartPole 103K steps/s against 207K),
+measured while another job used one of the cores: a member split over both cores waits for the
+busier one at every all-reduce, which a member on one core does not."""
 
 
 def cores_per_member(

@@ -88,15 +88,15 @@ def test_members_on_the_cores_equal_members_on_one_device(monkeypatch):
 @pytest.mark.parametrize(
     ("num_envs", "steps", "spare", "split"),
     [
-        (4, 512, 2, 1),  # 256 steps a core: below the 1,024
-        (8, 1024, 2, 1),  # 512 a core
-        (16, 2048, 2, 2),  # 1,024 a core
+        (4, 512, 2, 1),  # 256 steps a core: below the 2,048
+        (16, 2048, 2, 1),  # 1,024 a core
+        (32, 4096, 2, 2),  # 2,048 a core
         (1024, 131072, 2, 2),
         (1024, 131072, 8, 8),
         (1024, 131072, 1, 1),  # no core to spare
         (6, 6144, 4, 3),  # 4 does not divide 6 environments
-        (5, 5120, 4, 1),  # 5 is prime and above the spare cores: one core
-        (64, 2048, 4, 2),  # 4 would leave 512 steps a core
+        (5, 10240, 4, 1),  # 5 is prime and above the spare cores: one core
+        (64, 4096, 4, 2),  # 4 would leave 1,024 steps a core
     ],
 )
 def test_cores_per_member_is_the_largest_divisor_with_enough_steps(num_envs, steps, spare, split):
@@ -106,13 +106,13 @@ def test_cores_per_member_is_the_largest_divisor_with_enough_steps(num_envs, ste
 def test_one_member_splits_its_environments_over_the_cores_when_its_batch_is_large(monkeypatch):
     monkeypatch.setattr(parallel, "_cpu_cores_set", jax.local_device_count())
     assert _build({}, 1).mesh.devices.size == 1  # 64 steps an update: one core
-    big = {"num_envs": 16, "rollout_len": 128}  # 2,048 steps: 1,024 a core
+    big = {"num_envs": 32, "rollout_len": 128}  # 4,096 steps: 2,048 a core
     assert dict(_build(big, 1).mesh.shape) == {"member": 1, "data": 2}
     assert dict(_build(big, 2).mesh.shape) == {"member": 2, "data": 1}  # no core left over
     # An agent with a buffer on each device keeps one: splitting would change its batches.
     dqn = agents.DQNConfig(learning_starts=64)
-    config = AnakinConfig(num_envs=16, rollout_len=128)
-    system = loops.build("anakin", ENV, agents.spec_of(dqn), dqn, config, total_timesteps=4096)
+    config = AnakinConfig(num_envs=32, rollout_len=128)
+    system = loops.build("anakin", ENV, agents.spec_of(dqn), dqn, config, total_timesteps=8192)
     assert system.mesh.devices.size == 1
     # A placement the config gives is kept.
     system = _build({"member_shards": 2}, 2)
