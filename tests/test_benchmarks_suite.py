@@ -49,7 +49,7 @@ def test_smoke_run_writes_one_line_per_configuration_and_plots(tmp_path):
         [sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=600,  # about 210 s alone on 2 cores; a hang guard, not a timing
+        timeout=600,  # 238 s on one core (taskset -c 0); a hang guard, not a timing
         env=env,
         cwd=tmp_path,
     )
