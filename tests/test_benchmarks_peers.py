@@ -28,7 +28,7 @@ def test_gymnax_five_values_is_the_six_value_step_with_done_for_either_end(monke
     peers.gymnax_five_values()
     shimmed, _ = gymnax.make("CartPole-v1")
     key = jax.random.key(0)
-    obs, state = env.reset(key, params)
+    _, state = env.reset(key, params)
     ends = 0
     for t in range(600):  # past the 500-step limit: a truncation (or a termination) happens
         step_key = jax.random.fold_in(key, t)

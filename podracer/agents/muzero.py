@@ -440,17 +440,18 @@ def make_search(config: MuZeroConfig, model: Model, actions: int):
             embedding=state,
         )
         depth = config.max_depth or None
+        common = dict(
+            num_simulations=config.num_simulations, invalid_actions=invalid, max_depth=depth
+        )
         if config.search == "gumbel":
             out = mctx.gumbel_muzero_policy(
                 params,
                 key,
                 root,
                 recurrent_fn,
-                num_simulations=config.num_simulations,
-                invalid_actions=invalid,
-                max_depth=depth,
                 max_num_considered_actions=min(config.max_num_considered_actions, actions),
                 gumbel_scale=config.gumbel_scale,
+                **common,
             )
         else:
             out = mctx.muzero_policy(
@@ -458,13 +459,11 @@ def make_search(config: MuZeroConfig, model: Model, actions: int):
                 key,
                 root,
                 recurrent_fn,
-                num_simulations=config.num_simulations,
-                invalid_actions=invalid,
-                max_depth=depth,
                 dirichlet_fraction=config.dirichlet_fraction,
                 dirichlet_alpha=config.dirichlet_alpha,
                 pb_c_init=config.pb_c_init,
                 temperature=config.temperature,
+                **common,
             )
         value = out.search_tree.summary().value
         return SearchOutput(out.action.astype(jnp.int32), out.action_weights, value)
