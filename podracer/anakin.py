@@ -42,6 +42,7 @@ from podracer.loops.common import (
     Periodic,
     RunHooks,
     RunResult,
+    over_members,
     params_checksum,
     summary,
     train_record,
@@ -259,17 +260,6 @@ def state_layout(agent, mesh: jax.sharding.Mesh) -> tuple[AnakinState, AnakinSta
     return specs, shardings
 
 
-def over_members(one_seed: Callable, local_members: int, member_loop: str, state: AnakinState):
-    """``one_seed`` over a device's members ``[M, ...]``: vmapped, or one after another with
-    ``member_loop="map"``; a single member without a batch dimension of size 1 in every op."""
-    if local_members == 1:
-        state, metrics = one_seed(jax.tree.map(lambda x: x[0], state))
-        return jax.tree.map(lambda x: x[None], (state, metrics))
-    if member_loop == "map":  # a single run's ops, member after member
-        return jax.lax.map(one_seed, state)
-    return jax.vmap(one_seed)(state)
-
-
 def env_checks_vma(env) -> bool:
     """Whether the program's ``shard_map`` checks varying manual axes (``check_vma``): yes,
     unless the environment says its code cannot be traced so (``check_vma = False`` on an
@@ -428,7 +418,7 @@ def make_anakin(
             return jax.lax.scan(one_update, state, None, length=k)
 
         sharded = jax.shard_map(
-            functools.partial(over_members, one_seed, local_members, config.member_loop),
+            over_members(one_seed, local_members, config.member_loop),
             mesh=mesh,
             in_specs=(state_specs,),
             out_specs=(state_specs, P(MEMBER_AXIS)),

@@ -32,6 +32,7 @@ separate run with seed ``seed + i`` and its hyper-parameters to rounding, and bi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -235,7 +236,7 @@ def check_explicit_hparams(
 
 
 class Lineage(NamedTuple):
-    """A member's ancestry: :class:`podracer.anakin.AnakinState`'s ``periodic`` part, ``[P]``."""
+    """A member's ancestry: the ``periodic`` part of a population's state, ``[P]``."""
 
     key: jax.Array  # [P] the population's own keys (evaluation, tournament)
     parent: jax.Array  # i32 [P]: the member it was last copied from (itself at the start)
@@ -328,9 +329,9 @@ def _take(tree, src):
 
 
 def tournament_step(state, scores: jax.Array, config: PopulationConfig, bounds, key):
-    """The tournament on an :class:`~podracer.anakin.AnakinState` (global view, ``[P]`` leaves)
-    given ``scores [P]``: ``(state, events)``, ``events`` holding ``src``, ``replaced`` and the
-    hyper-parameters after."""
+    """The tournament on a loop's state (its ``learner``, ``hparams`` and ``periodic``: the
+    global view, ``[P]`` leaves) given ``scores [P]``: ``(state, events)``, ``events`` holding
+    ``src``, ``replaced`` and the hyper-parameters after."""
     select_key, perturb_key = jax.random.split(key)
     src = select_parents(
         select_key,
@@ -370,44 +371,70 @@ def tournament_step(state, scores: jax.Array, config: PopulationConfig, bounds, 
 
 def make_periodic(env, build, config: PopulationConfig, bounds: dict[str, Space]):
     """The :class:`podracer.loops.Periodic` of a population: evaluation, leaderboard record and
-    tournament every ``config.interval`` updates. ``build(hparams) -> (agent, optimizer)``."""
+    tournament every ``config.interval`` updates. ``build(hparams) -> (agent, optimizer)``.
+
+    ``env()`` gives the JAX environment ``apply`` evaluates the members on (called once, when a
+    loop traces ``apply``: Anakin); ``apply_scored`` takes the members' scores from the loop
+    instead (Sebulba: their recent training returns). Both run the one :func:`tournament`.
+    """
     from podracer.evaluation import make_evaluator
 
-    def evaluate_one(params, agent_state, hparams, key):
+    def evaluate_one(evaluate, params, agent_state, hparams, key):
         agent, _ = build(hparams)
         params = agent.actor_params(params, one_device(agent, agent_state))
-        evaluate = make_evaluator(
-            env,
+        return jnp.mean(evaluate(agent)(params, key))
+
+    def evaluator(agent):
+        return make_evaluator(
+            env(),
             agent,
             num_episodes=config.eval_episodes,
             greedy=config.eval_greedy,
             max_steps=config.eval_max_steps,
         )
-        return jnp.mean(evaluate(params, key))
 
     def apply(state):
         lineage: Lineage = state.periodic
         updates = state.learner.update_count[0]
         eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, updates))(lineage.key)
         learner = state.learner
-        scores = jax.vmap(evaluate_one)(
+        scores = jax.vmap(functools.partial(evaluate_one, evaluator))(
             learner.params, learner.agent_state, state.hparams, eval_keys
         )
-        before = {
-            "scores": scores,
-            "hparams": state.hparams,
-            "parent": lineage.parent,
-            "born": lineage.born,
-            "copies": lineage.copies,
-        }
-        key = jax.random.fold_in(jax.random.fold_in(lineage.key[0], updates), 1)
-        state, after = tournament_step(state, scores, config, bounds, key)
-        return state, {**before, **after}
+        return apply_scored(state, scores)
+
+    def apply_scored(state, scores):
+        return tournament(state, scores, config, bounds)
 
     def describe(events, updates: int) -> list[dict[str, Any]]:
         return [leaderboard_record(events, updates, config.tournament)]
 
-    return Periodic(interval=config.interval, init=init_lineage, apply=apply, describe=describe)
+    return Periodic(
+        interval=config.interval,
+        init=init_lineage,
+        apply=apply,
+        describe=describe,
+        apply_scored=apply_scored,
+    )
+
+
+def tournament(state, scores: jax.Array, config: PopulationConfig, bounds):
+    """The leaderboard's numbers and the tournament (:func:`tournament_step`) on a loop's state
+    (``learner``, ``hparams``, ``periodic``: the global view, ``[P]`` leaves) given the members'
+    ``scores [P]``; its key is the population's own (``lineage.key[0]`` folded with the update
+    count), so the same state and scores make the same copies on every loop."""
+    lineage: Lineage = state.periodic
+    updates = state.learner.update_count[0]
+    before = {
+        "scores": scores,
+        "hparams": state.hparams,
+        "parent": lineage.parent,
+        "born": lineage.born,
+        "copies": lineage.copies,
+    }
+    key = jax.random.fold_in(jax.random.fold_in(lineage.key[0], updates), 1)
+    state, after = tournament_step(state, scores, config, bounds, key)
+    return state, {**before, **after}
 
 
 def leaderboard_record(events: dict[str, Any], updates: int, tournament: bool) -> dict[str, Any]:
@@ -506,7 +533,7 @@ def build_system(
         seed=seed,
         devices=devices,
         members=lambda recipe: Members(recipe.member, initial, np.arange(population.size)),
-        periodic=lambda recipe: make_periodic(recipe.make_env(), recipe.member, population, bounds),
+        periodic=lambda recipe: make_periodic(recipe.make_env, recipe.member, population, bounds),
         env_options=env_options,
     )
 
@@ -531,7 +558,7 @@ def build(env_id: str, agent_config: Any, config, population: PopulationConfig, 
 
     spec = agents.spec_of(agent_config)
     return build_system(
-        loops.get("anakin"), env_id, spec, agent_config, config, population, **kwargs
+        loops.for_config(config), env_id, spec, agent_config, config, population, **kwargs
     )
 
 

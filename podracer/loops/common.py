@@ -23,15 +23,16 @@ class RunResult(NamedTuple):
     """What a loop's run returns: the summary printed as JSON, the final state, the history."""
 
     summary: dict[str, Any]
-    state: Any  # the loop's state (Anakin: AnakinState; Sebulba: the LearnerState)
+    state: Any  # the loop's state; ``.learner``, ``.hparams``, ``.periodic`` on every loop
     history: dict[str, np.ndarray]  # per-update metrics [members, updates run by this call]
     events: tuple[dict[str, Any], ...] = ()  # the records of Periodic work (leaderboards)
 
     @property
     def params(self):
-        """The final params as NumPy (with a leading member axis for Anakin)."""
-        learner = getattr(self.state, "learner", self.state)
-        return jax.device_get(fetch(learner.params))
+        """The final params as NumPy, with a leading member axis (``state.learner.params``:
+        every loop's state holds its members' :class:`~podracer.types.LearnerState` as
+        ``learner``)."""
+        return jax.device_get(fetch(self.state.learner.params))
 
 
 class RunHooks(Protocol):
@@ -97,6 +98,23 @@ def _all_finite(leaves):
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
+def over_members(fn: Callable, num_members: int, member_loop: str = "vmap") -> Callable:
+    """``fn(*args)`` of one member over ``num_members`` members (every leaf of ``args`` with a
+    leading member axis): vmapped, or one after another with ``member_loop="map"``
+    (``lax.map``: each member computes what a run of its own computes, bit for bit); a single
+    member without a batch dimension of size 1 in any op. Both loops run their members so."""
+
+    def run(*args):
+        if num_members == 1:
+            out = fn(*jax.tree.map(lambda x: x[0], args))
+            return jax.tree.map(lambda x: x[None], out)
+        if member_loop == "map":
+            return jax.lax.map(lambda a: fn(*a), args)
+        return jax.vmap(fn)(*args)
+
+    return run
+
+
 class Members(NamedTuple):
     """Members that differ in hyper-parameters as well as seeds (sweeps, populations).
 
@@ -116,17 +134,23 @@ class Periodic(NamedTuple):
 
     - ``init(keys [S]) -> state [S, ...]``: its part of the loop's state (``periodic``);
     - ``apply(state) -> (state, events)``: jittable, on the *global* state (every member, whatever
-      the mesh); ``events`` is a pytree of arrays for the host;
+      the mesh), which it scores itself (a population's evaluation on the loop's JAX
+      environment: Anakin's, inside its program); ``events`` is a pytree of arrays for the host;
+    - ``apply_scored(state, scores [S]) -> (state, events)``: the same given the members' scores
+      (Sebulba's: the members' recent training returns, its environments being the host's);
     - ``describe(events, updates) -> records``: host side, the log records of one ``apply``.
 
-    The loop makes calls of its step end at multiples of ``interval``, and the step ends with
-    ``apply`` when the update count is one, so ``apply`` sees exactly those states.
+    ``state`` is the loop's state; what the work reads of it is loop-neutral: ``learner``
+    (:class:`~podracer.types.LearnerState` ``[S, ...]``), ``hparams`` and ``periodic``. The
+    loop applies it after every update that is a multiple of ``interval``, so ``apply`` sees
+    exactly those states.
     """
 
     interval: int
     init: Callable[[jax.Array], Any]
     apply: Callable[[Any], tuple[Any, Any]]
     describe: Callable[[Any, int], list[dict[str, Any]]]
+    apply_scored: Callable[[Any, jax.Array], tuple[Any, Any]] | None = None
 
 
 def params_checksum(params) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from podracer.config import ConfigError, check_positive
+from podracer.config import ConfigError, check_choice, check_positive
 from podracer.loops.layout import LearnerLayoutFields
 
 
@@ -36,9 +36,21 @@ class SebulbaConfig(LearnerLayoutFields):
     reproduces a run."""
     env_threads: int = 0
     """envpool worker threads per actor (0: envpool's default)."""
+    num_seeds: int = 1
+    """Members trained together in one program; member i uses seed ``seed + i``. Each actor
+    steps ``envs_per_actor`` environments of every member (``num_seeds * envs_per_actor`` in
+    all, each member's its own envpool with its own seeds), acts for all members in one call and
+    the learner updates every member in one call (``docs/population.md``)."""
+    member_loop: str = "vmap"
+    """How the actors' act and the learner's update run the members: ``vmap`` (one batched
+    program, the fast default) or ``map`` (``lax.map``, one after another: each member computes
+    exactly what a run of its own computes, bit for bit)."""
 
     def __post_init__(self):
-        check_positive(self, "actors_per_device", "envs_per_actor", "rollout_len", "queue_size")
+        check_positive(
+            self, "actors_per_device", "envs_per_actor", "rollout_len", "queue_size", "num_seeds"
+        )
+        check_choice(self, "member_loop", ("vmap", "map"))
         self.check_layout()
         for field in ("actor_device_ids", "learner_device_ids"):
             ids = getattr(self, field)

@@ -51,7 +51,14 @@ from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
 from podracer.core.replay import break_streams
 from podracer.core.rollout import trajectory_shape
-from podracer.loops.common import RunResult, summary, train_record
+from podracer.loops.common import (
+    Members,
+    Periodic,
+    RunResult,
+    over_members,
+    summary,
+    train_record,
+)
 from podracer.loops.recipe import Recipe
 from podracer.parallel import (
     DATA_AXIS,
@@ -74,16 +81,42 @@ def rollout_keys(key: jax.Array, rollout_len: int) -> jax.Array:
     """The acting keys of one rollout ``[T]``: the schedule of
     :func:`podracer.core.rollout.make_rollout` (split per step, first half to ``act``). One
     dispatch (op by op, the splits cost a millisecond or more per rollout)."""
+    return _rollout_keys(key, rollout_len)
+
+
+def _rollout_keys(key: jax.Array, rollout_len: int) -> jax.Array:
     return jax.vmap(lambda k: jax.random.split(k)[0])(jax.random.split(key, rollout_len))
 
 
-_fold_in = jax.jit(jax.random.fold_in)  # one dispatch per rollout, not several
+@functools.partial(jax.jit, static_argnums=2)
+def member_rollout_keys(keys: jax.Array, rollout: int, rollout_len: int) -> jax.Array:
+    """``[P, T]``: every member's acting keys of rollout ``rollout`` (its actor key ``[P]``
+    folded with ``rollout``, then :func:`rollout_keys`), in one dispatch."""
+    return jax.vmap(lambda k: _rollout_keys(jax.random.fold_in(k, rollout), rollout_len))(keys)
+
+
+_fold_in = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))  # [P] keys, one dispatch
 
 
 class RolloutStats(NamedTuple):
-    episodes: int
-    return_sum: float
-    length_sum: int
+    """The episodes that ended in a rollout, per member ``[P]``."""
+
+    episodes: np.ndarray  # int [P]
+    return_sum: np.ndarray  # float [P]
+    length_sum: np.ndarray  # int [P]
+
+
+def member_stats(done, returns, lengths, members: int) -> RolloutStats:
+    """:class:`RolloutStats` ``[members]`` of ``[T, members * E]`` episode flags, returns and
+    lengths (member-major environments; entries where ``done`` is False are ignored)."""
+    done = np.asarray(done, bool).reshape(done.shape[0], members, -1)
+    returns = np.where(done, np.asarray(returns).reshape(done.shape), 0.0)
+    lengths = np.where(done, np.asarray(lengths).reshape(done.shape), 0)
+    return RolloutStats(
+        done.sum(axis=(0, 2)),
+        returns.sum(axis=(0, 2), dtype=np.float64),
+        lengths.sum(axis=(0, 2), dtype=np.int64),
+    )
 
 
 class Timers:
@@ -121,14 +154,16 @@ def host_act(agent: Agent):
 
 
 def host_rollout(
-    env, act, params, carry: RolloutState, keys, timers: Timers | None = None
+    env, act, params, carry: RolloutState, keys, timers: Timers | None = None, members: int = 1
 ) -> tuple[RolloutState, Trajectory, RolloutStats]:
-    """One rollout of ``len(keys)`` steps on a (sync) host environment: ``len(keys)`` calls of
+    """One rollout of ``T = keys.shape[-1]`` steps on a (sync) host environment: ``T`` calls of
     :func:`podracer.core.acting.step_and_record` with ``act`` (:func:`host_act`) and the host
     environment's ``step``; the carry's ``env_state`` is ``()`` (the environment keeps its own).
 
     Returns the carry, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout emits,
-    ``actor_state`` included) and the statistics of the episodes that ended. Only the action
+    ``actor_state`` included) and the statistics of the episodes that ended (per member, the
+    environments member-major: ``[members]``; ``keys`` ``[members, T]`` with
+    :func:`member_act`). Only the action
     comes back from the device at each step; the rest of the actor's output stays there until
     the rollout ends and is fetched in one dispatch.
     """
@@ -149,7 +184,7 @@ def host_rollout(
         return env_state, ts
 
     steps, infos = [], []
-    for t in range(keys.shape[0]):
+    for t in range(keys.shape[-1]):
         carry, step, info = step_and_record(timed_act, env_step, params, carry, (keys, t), None)
         steps.append(step)
         infos.append(info)
@@ -167,24 +202,21 @@ def host_rollout(
         behaviour=behaviour,
         actor_state=actor_states,
     )
-    return carry, traj, _episode_stats(infos)
+    return carry, traj, _episode_stats(infos, members)
 
 
-def _episode_stats(infos: list) -> RolloutStats:
-    """The statistics of the episodes that ended in a rollout's steps (their ``EpisodeInfo``,
-    or None from an environment that reports none), counted once per rollout instead of with
-    a few small NumPy reductions at every step."""
+def _episode_stats(infos: list, members: int = 1) -> RolloutStats:
+    """The statistics ``[members]`` of the episodes that ended in a rollout's steps (their
+    ``EpisodeInfo``, or None from an environment that reports none), counted once per rollout
+    instead of with a few small NumPy reductions at every step."""
     infos = [info for info in infos if info is not None]
     if not infos:
-        return RolloutStats(0, 0.0, 0)
+        zeros = np.zeros(members, np.int64)
+        return RolloutStats(zeros, zeros.astype(np.float64), zeros)
     done = np.stack([np.asarray(info.done) for info in infos])
     returns = np.stack([np.asarray(info.episode_return) for info in infos])
     lengths = np.stack([np.asarray(info.episode_length) for info in infos])
-    return RolloutStats(
-        int(done.sum()),
-        float(returns[done].sum(dtype=np.float64)),
-        int(lengths[done].sum(dtype=np.int64)),
-    )
+    return member_stats(done, returns, lengths, members)
 
 
 class AsyncCollector:
@@ -209,9 +241,10 @@ class AsyncCollector:
     The ids of one ``recv`` are distinct, so one scatter per field writes the whole batch.
     """
 
-    def __init__(self, env, rollout_len: int, initial_actor_state: Any = ()):
+    def __init__(self, env, rollout_len: int, initial_actor_state: Any = (), members: int = 1):
         self.env = env
         self.rollout_len = rollout_len
+        self.members = members  # statistics per member (member-major environments)
         n = env.num_envs
         # writable NumPy rows (device_get may give read-only views of device buffers)
         self.actor_state = jax.tree.map(np.array, jax.device_get(initial_actor_state))
@@ -343,11 +376,8 @@ class AsyncCollector:
             behaviour=first["behaviour"],
             actor_state=first["actor_state"],
         )
-        done = first["episode_done"]
-        stats = RolloutStats(
-            int(done.sum()),
-            float(first["episode_return"][done].sum()),
-            int(first["episode_length"][done].sum()),
+        stats = member_stats(
+            first["episode_done"], first["episode_return"], first["episode_length"], self.members
         )
         return traj, stats
 
@@ -361,8 +391,86 @@ def async_key_block(num_envs: int, batch_size: int, rollout_len: int) -> int:
 @functools.partial(jax.jit, static_argnums=2)
 def async_keys(key: jax.Array, start, count: int) -> jax.Array:
     """``[count]`` acting keys of async mode: ``fold_in(key, c)`` for the ``recv`` batches
-    ``c = start, ..., start + count - 1``, in one dispatch instead of one per batch."""
-    return jax.vmap(lambda c: jax.random.fold_in(key, c))(start + jnp.arange(count))
+    ``c = start, ..., start + count - 1``, in one dispatch instead of one per batch; ``[P,
+    count]`` for a key per member ``[P]``."""
+
+    def block(k):
+        return jax.vmap(lambda c: jax.random.fold_in(k, c))(start + jnp.arange(count))
+
+    return block(key) if key.ndim == 0 else jax.vmap(block)(key)
+
+
+# --- the members -----------------------------------------------------------------------------
+
+
+class SebulbaState(NamedTuple):
+    """The state of a Sebulba run; every leaf has a leading member axis ``[P]`` (``[1]`` for a
+    single member). What a checkpoint holds and what the hooks and a population see: the
+    members' parts of Anakin's state (actors' environments start afresh on every run)."""
+
+    learner: LearnerState  # on the learner mesh: replicated, a per-device agent state split
+    hparams: dict[str, jax.Array]  # [P] each: the members' traced hyper-parameters
+    periodic: Any = ()  # [P, ...]: the state of Periodic work (a population's lineage)
+
+
+AgentOf = Callable[[dict[str, jax.Array]], tuple[Agent, Any]]
+"""``agent_of(hparams) -> (agent, optimizer)`` of one member (traced hyper-parameters)."""
+
+
+def agent_of(recipe: Recipe, members: Members | None) -> AgentOf:
+    """The members' ``(agent, optimizer)`` by hyper-parameters: the recipe's for seeds alone."""
+    if members is None:
+        return lambda hparams: (recipe.agent, recipe.optimizer)
+    return members.build
+
+
+def member_act(agent_of: AgentOf, num_members: int, member_loop: str = "vmap"):
+    """The actors' jitted act for ``num_members`` members: ``act((params [P], hparams [P]),
+    actor_state, obs, done, (keys [P, K], t)) -> Acted``, where the environments (and the actor
+    state's rows) are member-major ``[P * B]``: member ``p``'s ``B`` are acted on with its params
+    and its key ``keys[p, t]`` by :func:`podracer.core.acting.reset_and_act`, every member in
+    one call (:func:`podracer.loops.common.over_members`). One member computes exactly what
+    :func:`host_act` computes."""
+
+    def one(params, hparams, actor_state, obs, done, key):
+        agent, _ = agent_of(hparams)
+        return reset_and_act(agent)(params, actor_state, obs, done, key)
+
+    def step(params_and_hparams, actor_state, obs, done, keys_and_step):
+        params, hparams = params_and_hparams
+        keys, t = keys_and_step
+
+        def split(x):
+            return x.reshape(num_members, x.shape[0] // num_members, *x.shape[1:])
+
+        acted = over_members(one, num_members, member_loop)(
+            params,
+            hparams,
+            jax.tree.map(split, actor_state),
+            jax.tree.map(split, obs),
+            split(done),
+            keys[:, t],
+        )
+        return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), acted)
+
+    return jax.jit(step)
+
+
+def by_member(traj: Trajectory, members: int) -> Trajectory:
+    """``[T, P * E, ...]`` NumPy -> ``[T, P, E, ...]`` (a view): the layout the learner mesh
+    splits along ``E``, so that every learner device holds a share of every member's
+    environments."""
+    return jax.tree.map(lambda x: x.reshape(x.shape[0], members, -1, *x.shape[2:]), traj)
+
+
+def recent_scores(history: dict[str, list], interval: int) -> np.ndarray:
+    """``[P]``: each member's mean return over the episodes that ended in the last ``interval``
+    updates (NaN for a member with none): a population's score on Sebulba, whose environments
+    are host environments the program cannot evaluate in place (``docs/population.md``)."""
+    episodes = np.sum(history["episodes"][-interval:], axis=0)
+    returns = np.sum(history["return_sum"][-interval:], axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(episodes > 0, returns / np.maximum(episodes, 1), np.nan).astype(np.float32)
 
 
 # --- the run, in roles ----------------------------------------------------------------------
@@ -387,12 +495,16 @@ class SebulbaRun:
     first_actor: int  # the global index of this process's actor 0
     learner_mesh: Any
     traj_sharding: NamedSharding
-    update: Any  # compiled: (LearnerState, trajectories of every actor) -> (state, metrics)
-    act: Any  # the actors' jitted act (host_act), compiled on every actor device
-    state: LearnerState
+    update: Any  # compiled: (SebulbaState, trajectories of every actor) -> (state, metrics [P])
+    act: Any  # the actors' jitted act (member_act), compiled on every actor device
+    acting: Any  # jitted: SebulbaState -> (acting params [P], hparams [P])
+    state: SebulbaState
     start_update: int
     compile_s: float
+    seed_offsets: np.ndarray  # [P]: member p runs seed + seed_offsets[p]
     hooks: Any = None
+    periodic: Periodic | None = None
+    tournament: Any = None  # jitted periodic.apply_scored on the learner mesh (donated state)
     lifetime: Lifetime = dataclasses.field(default_factory=Lifetime)
     watchdog: Any = None  # a parallel.Watchdog while the roles run (armed with several processes)
 
@@ -406,6 +518,8 @@ class SebulbaRun:
         self.learner_timers = Timers()
         self.history: dict[str, list] = collections.defaultdict(list)
         self.lags: list[int] = []
+        self.events: list[dict[str, Any]] = []  # the Periodic records, in order
+        self.reported = 0  # events handed to progress so far
         self.start = time.perf_counter()
 
     @property
@@ -413,39 +527,47 @@ class SebulbaRun:
         return range(self.config.num_actors)
 
     @property
+    def num_members(self) -> int:
+        return self.config.num_seeds
+
+    @property
     def num_updates(self) -> int:
         return self.recipe.num_updates
 
-    def acting_params(self, state: LearnerState):
-        """What the actors act with (``Agent.actor_params`` of the first learner device's
-        agent state)."""
-        agent = self.recipe.agent
-        return agent.actor_params(state.params, one_device(agent, state.agent_state))
-
     def publish(self, version: int) -> None:
-        """The params of ``state`` into the slot, one copy per actor device (the learner's
-        state is donated to the next update: the actors must not hold its buffers)."""
-        params = jax.tree.map(local_copy, self.acting_params(self.state))
-        copies = {d: jax.device_put(params, d, may_alias=False) for d in set(self.actor_devices)}
+        """The acting params and hyper-parameters of ``state`` into the slot, one copy per actor
+        device (the learner's state is donated to the next update: the actors must not hold
+        its buffers)."""
+        acting = jax.tree.map(local_copy, self.acting(self.state))
+        copies = {d: jax.device_put(acting, d, may_alias=False) for d in set(self.actor_devices)}
         self.slot.publish(copies, version)
+
+    def new_events(self) -> list[dict[str, Any]]:
+        """The Periodic records not yet handed to progress (the calling thread's)."""
+        events = self.events[self.reported :]
+        self.reported += len(events)
+        return events
 
     def record(self) -> dict[str, Any]:
         """The ``"train"`` record (:func:`podracer.loops.common.train_record`) of the updates
-        done so far; its episode return is over the last 5 updates."""
+        done so far; its episode returns (per member) are over the last 5 updates."""
         history = {name: list(values) for name, values in list(self.history.items())}
         run_updates = len(history.get("episodes", ()))
         recent = slice(max(0, run_updates - 5), run_updates)
+        zeros = np.zeros(self.num_members)
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         return train_record(
             updates=self.start_update + run_updates,
             num_updates=self.num_updates,
             start_update=self.start_update,
             steps_per_update=self.recipe.steps_per_update,
-            num_members=1,
+            num_members=self.num_members,
             start=self.start,
-            returns=np.asarray([sum(history.get("return_sum", [])[recent])]),
-            episodes=np.asarray([sum(history.get("episodes", [])[recent])]),
-            metrics={n: v[-1] for n, v in history.items() if n not in _BOOKKEEPING and v},
+            returns=np.sum([zeros, *history.get("return_sum", [])[recent]], axis=0),
+            episodes=np.sum([zeros, *history.get("episodes", [])[recent]], axis=0),
+            metrics={
+                n: float(np.mean(v[-1])) for n, v in history.items() if n not in _BOOKKEEPING and v
+            },
             actor_sps=sum(self.actor_steps) / elapsed,
             policy_lag=float(np.mean(self.lags[-5 * self.config.num_actors :]))
             if self.lags
@@ -465,16 +587,18 @@ def compile_run(
     *,
     seed: int,
     devices: Sequence[jax.Device] | None = None,
-    state: LearnerState | None = None,
+    state: SebulbaState | None = None,
     start_update: int = 0,
     hooks: Any = None,
+    members: Members | None = None,
+    periodic: Periodic | None = None,
 ) -> SebulbaRun:
-    """The compile role: the learner mesh, the learner state (``state``, or a fresh one), the
-    learner step compiled for the trajectories the actors will send (their shapes are
+    """The compile role: the learner mesh, the state (``state``, or a fresh one), the learner
+    step compiled for the trajectories the actors will send (their shapes are
     ``jax.eval_shape`` of the rollout, :func:`podracer.core.rollout.trajectory_shape`) and the
     actors' act compiled on every actor device, all before any thread starts, so that compile
-    time is measured apart."""
-    agent = recipe.agent
+    time is measured apart. ``members`` (a sweep's, a population's) give each member its
+    hyper-parameters; ``periodic`` (a population's tournament) runs between updates."""
     num_processes = jax.process_count()
     if devices is not None and num_processes > 1:
         raise ValueError(
@@ -489,54 +613,87 @@ def compile_run(
             f"{recipe.num_updates} updates of {recipe.steps_per_update} steps "
             f"(total_timesteps={recipe.total_timesteps})"
         )
-    traj_sharding = NamedSharding(learner_mesh, P(None, DATA_AXIS))
-    specs, state_sharding = learner_placement(agent, learner_mesh)
-    learner = recipe.learner(axis_name=DATA_AXIS, envs_per_device=envs_per_device(config))
+    num_members, loop = config.num_seeds, config.member_loop
+    build = agent_of(recipe, members)
+    traj_sharding = NamedSharding(learner_mesh, P(None, None, DATA_AXIS))
+    specs, state_sharding = state_placement(recipe.agent, learner_mesh)
 
-    def update_all(state, trajs):
-        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
-        return learner.update(state, traj)
+    def one_update(learner_state, hparams, traj):
+        agent, optimizer = build(hparams)
+        learner = recipe.learner(
+            agent, optimizer, axis_name=DATA_AXIS, envs_per_device=envs_per_device(config)
+        )
+        return learner.update(learner_state, traj)
+
+    def update_all(state: SebulbaState, trajs):
+        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=2), *trajs)  # [T, P, E]
+        traj = jax.tree.map(lambda x: jnp.moveaxis(x, 1, 0), traj)
+        learner, metrics = over_members(one_update, num_members, loop)(
+            state.learner, state.hparams, traj
+        )
+        return state._replace(learner=learner), metrics
 
     update = jax.jit(
         jax.shard_map(
             update_all,
             mesh=learner_mesh,
-            in_specs=(specs, P(None, DATA_AXIS)),
+            in_specs=(specs, P(None, None, DATA_AXIS)),
             out_specs=(specs, P()),
         ),
         donate_argnums=0,
     )
     t0 = time.perf_counter()
     if state is None:
-        state = init_state(recipe, config, seed, devices)
+        state = init_state(recipe, config, seed, devices, members=members, periodic=periodic)
     else:  # a no-op for a state made by init_state or restored into it
         state = jax.device_put(state, state_sharding)
         if start_update:  # resumed: the actors' environments start afresh, so do the streams
             state = jax.jit(
-                lambda s: s._replace(replay=break_streams(s.replay)),
+                lambda s: s._replace(
+                    learner=s.learner._replace(replay=break_streams(s.learner.replay))
+                ),
                 out_shardings=state_sharding,
             )(state)
 
-    def acting_params(state):
-        return agent.actor_params(state.params, one_device(agent, state.agent_state))
+    def acting_params(state: SebulbaState):
+        def one(params, agent_state, hparams):
+            agent, _ = build(hparams)
+            return agent.actor_params(params, one_device(agent, agent_state))
 
-    # One actor's columns of every process, as the rollout records them.
+        params = over_members(one, num_members, loop)(
+            state.learner.params, state.learner.agent_state, state.hparams
+        )
+        return params, state.hparams
+
+    acting = jax.jit(acting_params)
+    # One actor's columns of every process, as the rollout records them, member by member.
+    one_member = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), acting.eval_shape(state)[0]
+    )
     shapes = trajectory_shape(
-        agent,
-        acting_params(state),
+        recipe.agent,
+        one_member,
         recipe.env_spec,
         config.envs_per_actor * num_processes,
         config.rollout_len,
     )
     shapes = jax.tree.map(
-        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=traj_sharding), shapes
+        lambda s: jax.ShapeDtypeStruct(
+            (s.shape[0], num_members, *s.shape[1:]), s.dtype, sharding=traj_sharding
+        ),
+        shapes,
     )
     update = update.lower(state, (shapes,) * config.num_actors).compile()
-    act = host_act(agent)
+    tournament = None
+    if periodic is not None:
+        tournament = jax.jit(
+            periodic.apply_scored, donate_argnums=0, out_shardings=(state_sharding, None)
+        )
+    act = member_act(build, num_members, loop)
     actor_devices = [devices[i] for i in config.actor_device_ids]
-    params = jax.tree.map(local_copy, acting_params(state))
+    params = jax.tree.map(local_copy, acting(state))
     for device in set(actor_devices):
-        warm_up_actor(agent, act, config, recipe.example_obs(), params, device)
+        warm_up_actor(recipe.agent, act, config, recipe.example_obs(), params, device)
     compile_s = time.perf_counter() - t0
     barrier("the Sebulba learner compiled")  # the first update's collectives start together
     return SebulbaRun(
@@ -550,11 +707,35 @@ def compile_run(
         traj_sharding=traj_sharding,
         update=update,
         act=act,
+        acting=acting,
         state=state,
         start_update=start_update,
         compile_s=compile_s,
+        seed_offsets=member_offsets(config, members),
         hooks=hooks,
+        periodic=periodic,
+        tournament=tournament,
     )
+
+
+def _break_streams(state: SebulbaState) -> SebulbaState:
+    return state._replace(
+        learner=state.learner._replace(replay=break_streams(state.learner.replay))
+    )
+
+
+def member_offsets(config: SebulbaConfig, members: Members | None) -> np.ndarray:
+    """``[P]``: member ``p`` runs seed ``seed + offsets[p]`` (its environments, its actors'
+    keys, its learner's)."""
+    if members is None:
+        return np.arange(config.num_seeds)
+    offsets = np.asarray(members.seed_offsets)
+    if offsets.shape != (config.num_seeds,):
+        raise ConfigValueError(
+            f"SebulbaConfig.num_seeds={config.num_seeds} is not allowed with "
+            f"{offsets.shape[0]} members: give the members' count"
+        )
+    return offsets
 
 
 def warm_up_actor(agent: Agent, act, config: SebulbaConfig, example_obs, params, device) -> None:
@@ -563,15 +744,17 @@ def warm_up_actor(agent: Agent, act, config: SebulbaConfig, example_obs, params,
     Python int (another signature would compile again in the thread); and, in sync mode, the
     rollout's final stacking. The act compiles inside ``ops.unrolled_threefry()``: the same
     bits, and on a CPU about half the time per call."""
-    acting_envs = config.async_batch_size or config.envs_per_actor
+    members = config.num_seeds
+    acting_envs = members * (config.async_batch_size or config.envs_per_actor)
     obs = jax.tree.map(lambda x: np.zeros((acting_envs, *x.shape), x.dtype), example_obs)
     done = np.zeros(acting_envs, bool)
+    member_keys = jax.random.split(jax.random.key(0), members)
     if config.async_batch_size:  # a block of keys, one per recv: AsyncCollector.rollout
-        block = async_key_block(config.envs_per_actor, acting_envs, config.rollout_len)
-        keys = async_keys(jax.random.key(0), 0, block)
+        block = async_key_block(config.envs_per_actor, config.async_batch_size, config.rollout_len)
+        keys = async_keys(member_keys, 0, block)
         actor_state = jax.device_get(agent.initial_actor_state(acting_envs))
     else:
-        keys = rollout_keys(jax.random.key(0), config.rollout_len)
+        keys = member_rollout_keys(member_keys, 0, config.rollout_len)
         actor_state = jax.device_put(agent.initial_actor_state(acting_envs), device)
     params, keys = jax.device_put((params, keys), device)
     with ops.unrolled_threefry():
@@ -584,20 +767,22 @@ def warm_up_actor(agent: Agent, act, config: SebulbaConfig, example_obs, params,
 
 
 def actor_role(run: SebulbaRun, index: int) -> None:
-    """Actor ``index`` of this process: its own host environments, acting on its actor device
-    with the latest params (in deterministic mode, rollout ``k`` with those of update
-    ``k - 1``), one trajectory per rollout onto the learner mesh and into its queue."""
+    """Actor ``index`` of this process: its own host environments (every member's, side by
+    side), acting on its actor device with the latest params (in deterministic mode, rollout
+    ``k`` with those of update ``k - 1``), one trajectory ``[T, P, E]`` per rollout onto the
+    learner mesh and into its queue."""
     config, agent = run.config, run.recipe.agent
+    members = run.num_members
     device = run.actor_devices[index // config.actors_per_device]
     timers = run.actor_timers[index]
     actor = run.first_actor + index  # global: every actor of every process has its own seed
     env = run.make_env(actor)
     try:
-        key = jax.random.key(run.seed + seeding.ACTOR_KEY_OFFSET)
-        key = jax.device_put(jax.random.fold_in(key, actor), device)
+        seeds = run.seed + run.seed_offsets + seeding.ACTOR_KEY_OFFSET
+        key = jax.device_put(_actor_keys(seeds, actor), device)  # [P]
         initial = agent.initial_actor_state(env.num_envs)
         if env.is_async:
-            collector = AsyncCollector(env, config.rollout_len, initial)
+            collector = AsyncCollector(env, config.rollout_len, initial, members)
         else:
             carry = RolloutState((), env.reset(), jax.device_put(initial, device))
         rollout = run.start_update  # rollout k acts with the params of update k - 1
@@ -607,26 +792,34 @@ def actor_role(run: SebulbaRun, index: int) -> None:
             copies, version = run.slot.get(wanted)
             params = copies[device]
             timers.add("params_fetch", start)
-            rollout_key = _fold_in(key, rollout)
             if env.is_async:
-                traj, stats = collector.rollout(run.act, params, rollout_key, timers)
+                traj, stats = collector.rollout(run.act, params, _fold_in(key, rollout), timers)
             else:
-                keys = rollout_keys(rollout_key, config.rollout_len)
-                carry, traj, stats = host_rollout(env, run.act, params, carry, keys, timers)
+                keys = member_rollout_keys(key, rollout, config.rollout_len)
+                carry, traj, stats = host_rollout(
+                    env, run.act, params, carry, keys, timers, members
+                )
             start = time.perf_counter()
-            traj = global_array(run.traj_sharding, traj)  # this process's columns
+            # this process's columns of every member
+            traj = global_array(run.traj_sharding, by_member(traj, members))
             timers.add("place_on_learners", start)
             run.queues[index].put((traj, version, stats))
-            run.actor_steps[index] += config.envs_per_actor * config.rollout_len
+            run.actor_steps[index] += env.num_envs * config.rollout_len
             rollout += 1
     finally:
         env.close()
 
 
+@jax.jit
+def _actor_keys(seeds, actor):
+    return jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), actor))(seeds)
+
+
 def learner_role(run: SebulbaRun) -> None:
     """The learner: one trajectory from every actor, in actor order, then the compiled update
-    over the learner mesh, the hooks (checkpoints, evaluation) and the new params published;
-    until the run's last update, which stops every role."""
+    of every member over the learner mesh, the Periodic work when due (a population's
+    tournament, scored by the members' recent returns), the hooks (checkpoints, evaluation) and
+    the new params published; until the run's last update, which stops every role."""
     hooks, timers = run.hooks, run.learner_timers
     run.publish(run.start_update)
     for k in range(run.start_update, run.num_updates):
@@ -636,28 +829,35 @@ def learner_role(run: SebulbaRun) -> None:
         items = [queue.get() for queue in run.queues]
         start = timers.add("wait_for_data", start)
         run.state, metrics = run.update(run.state, tuple(item[0] for item in items))
-        metrics = jax.device_get(metrics)
+        metrics = jax.device_get(metrics)  # [P] each
         timers.add("update", start)
-        if hasattr(hooks, "after_metrics"):  # optional in a hooks object of a user's
-            hooks.after_metrics(metrics, k)
+        if hooks is not None:
+            hooks.after_metrics({n: np.asarray(v)[:, None] for n, v in metrics.items()}, k)
+        run.lags.extend(k - item[1] for item in items)
+        for name in ("episodes", "return_sum", "length_sum"):
+            run.history[name].append(sum(getattr(item[2], name) for item in items))
+        for name, value in metrics.items():
+            run.history[name].append(np.asarray(value, np.float64))
+        run.history["queue_size"].append(float(np.mean([q.qsize() for q in run.queues])))
+        if run.periodic is not None and (k + 1) % run.periodic.interval == 0:
+            scores = recent_scores(run.history, run.periodic.interval)
+            run.state, events = run.tournament(run.state, scores)
+            for record in run.periodic.describe(jax.device_get(events), k + 1):
+                run.events.append({"step": (k + 1) * run.recipe.steps_per_update, **record})
         run.publish(k + 1)
         run.done_updates = k + 1
         if hooks is not None:
             hooks.after_call(run.state, run.done_updates, run.done_updates == run.num_updates)
-        run.lags.extend(k - item[1] for item in items)
-        run.history["episodes"].append(sum(item[2].episodes for item in items))
-        run.history["return_sum"].append(sum(item[2].return_sum for item in items))
-        run.history["length_sum"].append(sum(item[2].length_sum for item in items))
-        for name, value in metrics.items():
-            run.history[name].append(float(value))
-        run.history["queue_size"].append(float(np.mean([q.qsize() for q in run.queues])))
     run.lifetime.stop()
 
 
 def summarise(run: SebulbaRun, elapsed: float) -> RunResult:
     """The summary role: the run's numbers (every process's episodes counted), the final
-    state and the per-update history."""
-    hist = {name: np.asarray(values)[None] for name, values in run.history.items()}
+    state, the per-update history ``[P, updates]`` and the Periodic records."""
+    hist = {
+        name: np.stack([np.broadcast_to(v, (run.num_members,)) for v in values], axis=1)
+        for name, values in run.history.items()
+    }
     if jax.process_count() > 1:  # the episodes of every process's actors (every process is here)
         for name in ("episodes", "return_sum", "length_sum"):
             hist[name] = multihost_utils.process_allgather(hist[name]).sum(axis=0)
@@ -666,10 +866,10 @@ def summarise(run: SebulbaRun, elapsed: float) -> RunResult:
         steps_per_update=run.recipe.steps_per_update,
         num_updates=run.num_updates,
         start_update=run.start_update,
-        num_members=1,
+        num_members=run.num_members,
         elapsed=elapsed,
         compile_s=run.compile_s,
-        params=jax.device_get(run.state.params),
+        params=jax.device_get(run.state.learner.params),
     )
     lags = run.lags
     numbers.update(
@@ -687,7 +887,7 @@ def summarise(run: SebulbaRun, elapsed: float) -> RunResult:
         learner_time_s=dict(run.learner_timers.seconds),
         queue_size_mean=float(np.mean(run.history["queue_size"])),
     )
-    return RunResult(numbers, run.state, hist)
+    return RunResult(numbers, run.state, hist, tuple(run.events))
 
 
 def run(
@@ -698,48 +898,56 @@ def run(
     seed: int,
     progress: Callable[[dict[str, Any]], None] | None = None,
     devices: Sequence[jax.Device] | None = None,
-    state: LearnerState | None = None,
+    state: SebulbaState | None = None,
     start_update: int = 0,
     hooks: Any = None,
+    members: Members | None = None,
+    periodic: Periodic | None = None,
     extra_roles: Sequence[tuple[str, Role]] = (),
 ) -> RunResult:
-    """Trains the recipe's agent until its ``total_timesteps`` environment steps (all actors of
-    every process together) are learnt from: :func:`compile_run`, then :func:`actor_role` for
-    every actor and :func:`learner_role` (and ``extra_roles``, ``(name, role)`` pairs) as
-    threads, then :func:`summarise`.
+    """Trains the recipe's agent (``config.num_seeds`` members of it) until its
+    ``total_timesteps`` environment steps per member (all actors of every process together) are
+    learnt from: :func:`compile_run`, then :func:`actor_role` for every actor and
+    :func:`learner_role` (and ``extra_roles``, ``(name, role)`` pairs) as threads, then
+    :func:`summarise`.
 
-    ``make_env(actor_index)`` builds an actor's host environment with
-    ``config.envs_per_actor`` environments; the index is global (actor ``i`` of process ``p`` is
-    ``p * num_actors + i``), so every actor of every process has its own seed. ``devices`` are
-    the local devices that the config's device ids index (default ``jax.local_devices()``; with
-    several processes the learner mesh takes the learner ids' devices of every process).
-    ``total_timesteps`` counts the steps of every process. Any thread's error stops the run and
-    is raised here; Ctrl-C stops every thread cleanly.
+    ``make_env(actor_index)`` builds an actor's host environment: every member's
+    ``config.envs_per_actor`` environments, member-major (:func:`podracer.sebulba.env_factory`);
+    the index is global (actor ``i`` of process ``p`` is ``p * num_actors + i``), so every actor
+    of every process has its own seed. ``devices`` are the local devices that the config's
+    device ids index (default ``jax.local_devices()``; with several processes the learner mesh
+    takes the learner ids' devices of every process). ``total_timesteps`` counts the steps of
+    every process. Any thread's error stops the run and is raised here; Ctrl-C stops every
+    thread cleanly.
 
-    A resumed run passes the restored learner ``state`` and the updates it had done as
+    A resumed run passes the restored ``state`` and the updates it had done as
     ``start_update``; the environments start afresh. ``hooks`` (see
-    :class:`podracer.loops.RunHooks`) gets ``after_call(state, updates, last)`` in the learner
-    thread after every update, and ``interrupted(state, updates)`` in the calling thread on
-    Ctrl-C. The learner is the recipe's (its agent spec's ``make_learner`` in its layout) over
-    the learner mesh's DATA_AXIS.
+    :class:`podracer.loops.RunHooks`) gets ``after_metrics`` and ``after_call(state, updates,
+    last)`` in the learner thread after every update, and ``interrupted(state, updates)`` in the
+    calling thread on Ctrl-C. The learner is the recipe's (its agent spec's ``make_learner`` in
+    its layout) over the learner mesh's DATA_AXIS, vmapped over the members.
 
     Args:
       recipe: the run's :class:`~podracer.loops.Recipe`.
       config: the loop's devices and sizes (:class:`~podracer.sebulba.SebulbaConfig`).
       make_env: ``make_env(actor_index) -> HostEnvironment`` (:func:`env_factory`).
-      seed: the run seed (actors' keys and the learner's).
-      progress: receives a ``"train"`` record (:mod:`podracer.logging`) about once a second.
+      seed: the run seed (member ``p`` runs ``seed + seed_offsets[p]``).
+      progress: receives a ``"train"`` record (:mod:`podracer.logging`) about once a second,
+        and every Periodic record (a population's ``"leaderboard"``).
       devices: the local devices the config's device ids index.
-      state: a restored :class:`~podracer.types.LearnerState` to resume from; None starts
-        afresh.
+      state: a restored :class:`SebulbaState` to resume from; None starts afresh.
       start_update: the updates ``state`` holds.
       hooks: host work between updates (:class:`~podracer.loops.RunHooks`).
+      members: a sweep's or a population's members (:class:`~podracer.loops.Members`).
+      periodic: a population's tournament (:class:`~podracer.loops.Periodic`, its
+        ``apply_scored``), every ``interval`` updates.
       extra_roles: more threads, ``(name, role)`` pairs, each ``role(run)`` given the
         :class:`SebulbaRun`.
 
     Returns:
       The :class:`~podracer.loops.RunResult`: the summary (with the actors' and the learner's
-      timings, policy lag and queue sizes), the final learner state and the per-update metrics.
+      timings, policy lag and queue sizes), the final state, the per-update metrics
+      ``[P, updates]`` and the Periodic records.
     """
     sebulba = compile_run(
         recipe,
@@ -750,6 +958,8 @@ def run(
         state=state,
         start_update=start_update,
         hooks=hooks,
+        members=members,
+        periodic=periodic,
     )
     roles: list[tuple[str, Role]] = [
         (f"actor-{i}", functools.partial(actor_role, index=i)) for i in sebulba.actors
@@ -758,13 +968,22 @@ def run(
     threads = [sebulba.lifetime.thread(name, role, sebulba) for name, role in roles]
     sebulba.watchdog = Watchdog("the Sebulba learner step")
     sebulba.start = last_report = time.perf_counter()
+
+    def report(train: bool) -> None:
+        if progress is None:
+            return
+        for record in sebulba.new_events():
+            progress(record)
+        if train:
+            progress(sebulba.record())
+
     try:
         for thread in threads:
             thread.start()
         while not sebulba.lifetime.wait(0.1):
-            if progress is not None and time.perf_counter() - last_report >= 1.0:
-                last_report = time.perf_counter()
-                progress(sebulba.record())
+            due = time.perf_counter() - last_report >= 1.0
+            report(due)
+            last_report = time.perf_counter() if due else last_report
     except KeyboardInterrupt:
         sebulba.lifetime.stop()
         _join(threads)
@@ -778,8 +997,7 @@ def run(
     if stuck:
         raise RuntimeError(f"podracer threads did not stop within {JOIN_TIMEOUT_S} s: {stuck}")
     elapsed = time.perf_counter() - sebulba.start
-    if progress is not None:
-        progress(sebulba.record())
+    report(True)
     return summarise(sebulba, elapsed)
 
 
@@ -798,10 +1016,13 @@ def make_learner_mesh(config: SebulbaConfig, devices: Sequence[jax.Device] | Non
     return data_mesh([devices[i] for i in config.learner_device_ids])
 
 
-def learner_placement(agent: Agent, mesh) -> tuple[LearnerState, LearnerState]:
-    """``(specs, shardings)`` of the learner state on the learner mesh: replicated, an agent
-    state kept per device split over DATA_AXIS."""
-    specs = learner_specs(agent, P(), P(DATA_AXIS))
+def state_placement(agent: Agent, mesh) -> tuple[SebulbaState, SebulbaState]:
+    """``(specs, shardings)`` of the :class:`SebulbaState` on the learner mesh: replicated, an
+    agent state kept per device (and the replay buffers) split over DATA_AXIS behind the member
+    axis."""
+    specs = SebulbaState(
+        learner=learner_specs(agent, P(), P(None, DATA_AXIS)), hparams=P(), periodic=P()
+    )
     shardings = jax.tree.map(
         lambda spec: NamedSharding(mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
     )
@@ -809,24 +1030,50 @@ def learner_placement(agent: Agent, mesh) -> tuple[LearnerState, LearnerState]:
 
 
 def init_state(
-    recipe: Recipe, config: SebulbaConfig, seed: int, devices: Sequence[jax.Device] | None = None
-) -> LearnerState:
-    """The learner's initial state, made on the learner mesh (with several processes, every
-    process makes its part of it; a checkpoint restores into it in place)."""
+    recipe: Recipe,
+    config: SebulbaConfig,
+    seed: int,
+    devices: Sequence[jax.Device] | None = None,
+    *,
+    members: Members | None = None,
+    periodic: Periodic | None = None,
+) -> SebulbaState:
+    """The initial :class:`SebulbaState` of members ``seed + offsets[p]``, made on the learner
+    mesh (with several processes, every process makes its part of it; a checkpoint restores
+    into it in place). One member after another (``lax.map``), as Anakin's: a batched
+    orthogonal initialiser's LAPACK call can deadlock jaxlib's CPU thread pool."""
     mesh = make_learner_mesh(config, devices)
-    _, sharding = learner_placement(recipe.agent, mesh)
-    learner = recipe.learner(axis_name=DATA_AXIS, envs_per_device=envs_per_device(config))
-    return jax.jit(
-        lambda obs: per_device(
-            recipe.agent, learner.init(jax.random.key(seed), obs), mesh.devices.size
-        ),
-        out_shardings=sharding,
-    )(recipe.example_obs())
+    _, sharding = state_placement(recipe.agent, mesh)
+    build = agent_of(recipe, members)
+    offsets = member_offsets(config, members)
+    hparams = {} if members is None else {n: np.asarray(v) for n, v in members.hparams.items()}
+
+    def init_one(key, hparams, obs):
+        agent, optimizer = build(hparams)
+        learner = recipe.learner(
+            agent, optimizer, axis_name=DATA_AXIS, envs_per_device=envs_per_device(config)
+        )
+        return per_device(agent, learner.init(key, obs), mesh.devices.size)
+
+    def init_all(seeds, hparams, obs):
+        keys = jax.vmap(jax.random.key)(seeds)
+        one = functools.partial(init_one, obs=obs)
+        learner = over_members(one, len(offsets), "map")(keys, hparams)
+        lineage = ()
+        if periodic is not None:  # its own keys, as Anakin's
+            lineage = periodic.init(
+                jax.vmap(lambda k: jax.random.fold_in(k, seeding.PERIODIC_STREAM))(keys)
+            )
+        return SebulbaState(learner, hparams, lineage)
+
+    seeds = np.asarray(seed + offsets, np.uint32)
+    return jax.jit(init_all, out_shardings=sharding)(seeds, hparams, recipe.example_obs())
 
 
 def envs_per_device(config: SebulbaConfig) -> int:
-    """The environments of one learner device's share of an update's trajectories: every
-    actor's of every process, split over the learner devices of every process."""
+    """The environments of one member in one learner device's share of an update's
+    trajectories: every actor's of every process, split over the learner devices of every
+    process."""
     return config.num_actors * config.envs_per_actor // len(config.learner_device_ids)
 
 
@@ -855,12 +1102,14 @@ __all__ = [
     "AsyncCollector",
     "Role",
     "SebulbaRun",
+    "SebulbaState",
     "Stopped",
     "actor_role",
     "compile_run",
     "host_act",
     "host_rollout",
     "learner_role",
+    "member_act",
     "rollout_keys",
     "run",
     "summarise",

@@ -13,11 +13,12 @@ import numpy as np
 from podracer import host_envs, loops, seeding
 from podracer.core.learner import one_device
 from podracer.envs.options import EnvOptions, as_options
+from podracer.host_envs.members import side_by_side
 from podracer.loops import Loop
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import Recipe
 from podracer.sebulba.config import SebulbaConfig
-from podracer.sebulba.system import init_state, run
+from podracer.sebulba.system import agent_of, init_state, member_offsets, run
 from podracer.types import EnvSpec, HostEnvironment
 
 DEFAULT_ENV = "envpool:CartPole-v1"
@@ -29,15 +30,19 @@ def env_factory(
     seed: int,
     env_options: EnvOptions | dict[str, Any] | None = None,
     evaluation: bool = False,
+    seed_offsets: Sequence[int] | None = None,
 ) -> Callable[[int], HostEnvironment]:
     """``make_env(actor_index)``: the host environments of one actor, built by THE factory of
     host environments (:func:`podracer.host_envs.make`) with the run's ``env_options``
     (:class:`~podracer.envs.EnvOptions`; a mapping is their ``params``: an envpool or gymnasium
     environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields),
-    ``config.envs_per_actor`` of them, in async mode when ``config.async_batch_size`` is set;
-    each actor gets its own seed (:data:`podracer.seeding.ENV_SEED_STRIDE`). The probe, the
-    actors and the evaluator (``evaluation``: a JAX environment with its evaluation params) all
-    build theirs here.
+    ``config.envs_per_actor`` of them for each member, in async mode when
+    ``config.async_batch_size`` is set; each actor of each member gets its own seed
+    (:data:`podracer.seeding.ENV_SEED_STRIDE`; member ``p``'s are those of a run of seed
+    ``seed + seed_offsets[p]``, and its environments are its own envpool), the members' side by
+    side (:class:`~podracer.host_envs.members.MemberEnvironments`). The probe, the actors and
+    the evaluator (``evaluation``: a JAX environment with its evaluation params) all build
+    theirs here.
 
     Args:
       env_id: a host environment's id (``envpool:...``, ``gymnasium:...``) or a JAX one's
@@ -47,22 +52,35 @@ def env_factory(
       env_options: the run's :class:`~podracer.envs.EnvOptions` (or a mapping of its
         ``params``).
       evaluation: build the evaluator's environments.
+      seed_offsets: the members' seed offsets (default: ``range(config.num_seeds)``).
 
     Returns:
       ``make_env(actor_index) -> HostEnvironment``.
     """
     env_options = as_options(env_options)
+    offsets = range(config.num_seeds) if seed_offsets is None else seed_offsets
 
-    def make_env(actor: int) -> HostEnvironment:
+    def one_member(actor: int, member_seed: int) -> HostEnvironment:
         return host_envs.make(
             env_id,
             num_envs=config.envs_per_actor,
             batch_size=config.async_batch_size or None,
-            seed=seeding.env_seed(seed, actor),
+            seed=seeding.env_seed(member_seed, actor),
             num_threads=config.env_threads,
             env_options=env_options,
             evaluation=evaluation,
         )
+
+    def make_env(actor: int) -> HostEnvironment:
+        envs: list[HostEnvironment] = []
+        try:
+            for offset in offsets:
+                envs.append(one_member(actor, seed + int(offset)))
+        except BaseException:
+            for env in envs:
+                env.close()
+            raise
+        return side_by_side(envs)
 
     return make_env
 
@@ -78,7 +96,7 @@ def probe(
     """The specs of a host environment of ``env_id`` with the run's ``env_options``, built as
     the actors build theirs (:func:`env_factory`; one is built and closed: an unknown id or
     option fails here, in the caller's thread)."""
-    env = env_factory(env_id, config, seed, env_options)(-1)
+    env = env_factory(env_id, config, seed, env_options, seed_offsets=(0,))(-1)
     try:
         return EnvSpec(env.observation_spec, env.action_spec)
     finally:
@@ -86,18 +104,37 @@ def probe(
 
 
 class SebulbaSystem(NamedTuple):
-    """A built Sebulba system (a :class:`podracer.loops.System`). Its state is the learner's
-    :class:`~podracer.types.LearnerState`; actors' environments start afresh on every run, and
-    have the recipe's options (``recipe.env_options``), as the probe's had."""
+    """A built Sebulba system (a :class:`podracer.loops.System`) of ``config.num_seeds``
+    members. Its state is a :class:`~podracer.sebulba.system.SebulbaState` (the members'
+    learner states, hyper-parameters and lineage); actors' environments start afresh on every
+    run, and have the recipe's options (``recipe.env_options``), as the probe's had."""
 
     recipe: Recipe
     config: SebulbaConfig
     devices: Sequence[jax.Device] | None = None
+    members: Members | None = None
+    periodic: Periodic | None = None
 
     def init(self, seed: int):
-        """A freshly initialised learner state on the learner mesh (also a checkpoint's template,
+        """A freshly initialised state on the learner mesh (also a checkpoint's template,
         so that a checkpoint restores in place, on every process)."""
-        return init_state(self.recipe, self.config, seed, self.devices)
+        return init_state(
+            self.recipe,
+            self.config,
+            seed,
+            self.devices,
+            members=self.members,
+            periodic=self.periodic,
+        )
+
+    def _make_env(self, seed: int):
+        return env_factory(
+            self.recipe.env_id,
+            self.config,
+            seed,
+            self.recipe.env_options,
+            seed_offsets=member_offsets(self.config, self.members),
+        )
 
     def run(
         self,
@@ -108,22 +145,24 @@ class SebulbaSystem(NamedTuple):
         hooks: RunHooks | None = None,
         progress=None,
     ) -> RunResult:
-        make_env = env_factory(self.recipe.env_id, self.config, seed, self.recipe.env_options)
         return run(
             self.recipe,
             self.config,
-            make_env,
+            self._make_env(seed),
             seed=seed,
             progress=progress,
             devices=self.devices,
             state=state,
             start_update=start_update,
             hooks=hooks,
+            members=self.members,
+            periodic=self.periodic,
         )
 
     def evaluator(self, *, seed: int, episodes: int, greedy: bool):
-        """``evaluate(state, updates) -> returns [1, episodes]``: the learner's params on a
-        separate sync host environment of ``episodes`` environments."""
+        """``evaluate(state, updates) -> returns [members, episodes]``: each member's params
+        (with its hyper-parameters) on a separate sync host environment of ``episodes``
+        environments, member after member."""
         from podracer.evaluation import eval_key, evaluate_host
 
         config = dataclasses.replace(
@@ -132,24 +171,31 @@ class SebulbaSystem(NamedTuple):
             async_batch_size=0,
             learner_device_ids=self.config.learner_device_ids[:1],
         )
-        make_env = env_factory(
-            self.recipe.env_id,
-            config,
-            seed + seeding.EVAL_SEED_OFFSET,
-            self.recipe.env_options,
-            evaluation=True,
-        )
-        agent = self.recipe.agent
+        offsets = member_offsets(self.config, self.members)
+        build = agent_of(self.recipe, self.members)
 
         def evaluate(state, updates) -> np.ndarray:
-            env = make_env(0)
-            try:
-                agent_state = one_device(agent, state.agent_state)
-                params = jax.device_get(agent.actor_params(state.params, agent_state))
-                returns = evaluate_host(env, agent, params, eval_key(seed, updates), greedy=greedy)
-            finally:
-                env.close()
-            return returns[None]
+            learner, hparams = jax.device_get((state.learner, state.hparams))
+            rows = []
+            for p, offset in enumerate(offsets):
+                make_env = env_factory(
+                    self.recipe.env_id,
+                    config,
+                    seed + seeding.EVAL_SEED_OFFSET,
+                    self.recipe.env_options,
+                    evaluation=True,
+                    seed_offsets=(int(offset),),
+                )
+                agent, _ = build({n: v[p] for n, v in hparams.items()})
+                member = jax.tree.map(lambda x, p=p: x[p], learner)
+                params = agent.actor_params(member.params, one_device(agent, member.agent_state))
+                env = make_env(0)
+                try:
+                    key = jax.random.fold_in(eval_key(seed, updates), p)
+                    rows.append(evaluate_host(env, agent, params, key, greedy=greedy))
+                finally:
+                    env.close()
+            return np.stack(rows)
 
         return evaluate
 
@@ -162,11 +208,17 @@ def build_system(
     members: Members | None = None,
     periodic: Periodic | None = None,
 ) -> SebulbaSystem:
-    """:attr:`Loop.build` of Sebulba (one member; sweeps run their members in turn); the
-    environments' options are the recipe's (``env_options`` of :func:`podracer.loops.build`)."""
-    if members is not None or periodic is not None:
-        raise ValueError("Sebulba runs one member per system: run the members in turn")
-    return SebulbaSystem(recipe, config, devices)
+    """:attr:`Loop.build` of Sebulba: ``config.num_seeds`` members in one program (a sweep's or
+    a population's ``members``, with their hyper-parameters; ``periodic``: a population's
+    tournament, between updates); the environments' options are the recipe's (``env_options``
+    of :func:`podracer.loops.build`)."""
+    if periodic is not None and periodic.apply_scored is None:
+        raise ValueError(
+            "Sebulba scores its members from their training returns: its Periodic work needs "
+            "apply_scored"
+        )
+    member_offsets(config, members)  # a count that disagrees fails here
+    return SebulbaSystem(recipe, config, devices, members, periodic)
 
 
 LOOP = Loop(
@@ -176,7 +228,8 @@ LOOP = Loop(
     probe=probe,
     steps_per_update=steps_per_update,
     build=build_system,
-    members_in_one_program=False,
+    members_in_one_program=True,
+    with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
 )
 
 
