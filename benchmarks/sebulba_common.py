@@ -61,8 +61,11 @@ class TrainingClock(Clock):
     interval = 0
 
     def __init__(self, steps_per_update: int):
-        self.steps_per_update = steps_per_update
+        self.steps_per_update = steps_per_update  # every member's together
         self.first = self.last = None
+
+    def after_metrics(self, metrics, first_update: int) -> None:
+        pass
 
     def after_call(self, state, updates: int, last: bool) -> None:
         if self.first is None:
@@ -189,7 +192,7 @@ def bench(
         total_timesteps=total_steps,
         devices=devices,
     )
-    clock = TrainingClock(system.recipe.steps_per_update)
+    clock = TrainingClock(system.recipe.steps_per_update * config.num_seeds)
     if make_env is None:
         s = system.run(seed=0, hooks=clock).summary
     else:
@@ -209,6 +212,7 @@ def bench(
         "rollout_len": config.rollout_len,
         "async_batch_size": config.async_batch_size,
         "env_threads": config.env_threads,
+        "members": config.num_seeds,
         "total_steps": s["total_steps"],
         "sps": s["sps"],
         "steady_sps": None if training is None else training.sps,

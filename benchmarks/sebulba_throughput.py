@@ -22,6 +22,17 @@ compute (``sleepy_env.py``: each step sleeps a Pareto-distributed time, mean 3 m
 percentile 21.5 ms, on a thread of its own), 32 environments, PPO with CartPole's MLP.
 ``--repeat N`` runs the list N times in turn (pairs measured alternately, so that a
 loaded machine's load hits both modes alike).
+
+``--members 1,4,8`` measures members instead (``docs/population.md``): for each configuration
+and each ``P``, ``P`` members in one program (``SebulbaConfig.num_seeds = P``: every actor steps
+every member's environments and acts for all of them in one call, the learner updates all of
+them in one call) against the same ``P`` members run in turn, one program each (what a sweep on
+Sebulba did before, and what Cleanba or a Ray Tune trial does), in the same process. One JSON
+line per ``(configuration, P)``: ``together_sps`` and ``in_turn_sps`` (every member's steps per
+second of training, compiling left out), ``ratio``, both end to end with compiling
+(``*_wall_s``), and ``env_only_sps`` of the ``P * envs_per_actor`` environments alone.
+
+    python benchmarks/sebulba_throughput.py --members 1,4,8 --configs cartpole,breakout-mlp
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ os.environ["XLA_FLAGS"] = (
 
 import argparse
 import dataclasses
+import resource
+import time
 
 import sleepy_env
 from jsonl import emit
@@ -64,6 +77,10 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--repeat", type=int, default=1, help="run the list of configurations this many times"
+    )
+    parser.add_argument(
+        "--members",
+        help="comma-separated member counts: P members in one program against P runs in turn",
     )
     args = parser.parse_args(argv)
     import jax
@@ -133,6 +150,16 @@ def main(argv=None) -> None:
     for name in names:
         if name not in runs:
             raise SystemExit(f"--configs: unknown configuration {name!r}; known: {sorted(runs)}")
+    if args.members:
+        for repeat in range(args.repeat):
+            for name in names:
+                env_id, agent_config, config, total = runs[name]
+                for count in (int(p) for p in args.members.split(",")):
+                    steps = args.total_steps or MEMBER_STEPS.get(name, total)
+                    record = members_record(name, env_id, agent_config, config, steps, count)
+                    record.update(repeat=repeat, jax=jax.__version__)
+                    emit(record, args.out)
+        return
     for repeat in range(args.repeat):
         for name in names:
             env_id, agent_config, config, total = runs[name]
@@ -151,6 +178,59 @@ def main(argv=None) -> None:
                 record["repeat"] = repeat
             record["jax"] = jax.__version__
             emit(record, args.out)
+
+
+MEMBER_STEPS = {"cartpole": 65_536, "breakout-mlp": 32 * 32 * 12}
+"""Steps per member of ``--members`` runs (the configurations' own are sized for one member)."""
+
+
+def members_record(name, env_id, agent_config, config, steps: int, count: int) -> dict:
+    """``count`` members of ``steps`` steps each in one Sebulba program against the same members
+    (seeds ``0 .. count - 1``) run in turn, on JAX's first two devices."""
+    import jax
+
+    from podracer import loops
+
+    devices = jax.devices()[:2]
+
+    def train(config, seed):
+        start = time.perf_counter()
+        result = loops.train(
+            "sebulba",
+            env_id,
+            agent_config,
+            config,
+            seed=seed,
+            total_timesteps=steps,
+            devices=devices,
+        )
+        return result.summary, time.perf_counter() - start
+
+    together, together_wall = train(dataclasses.replace(config, num_seeds=count), 0)
+    alone = [train(config, seed) for seed in range(count)]
+    member_steps = together["total_steps"] * count
+    in_turn_run_s = sum(summary["run_s"] for summary, _ in alone)
+    envs = dataclasses.replace(config, envs_per_actor=config.envs_per_actor * count)
+    return {
+        "config": name,
+        "env": env_id,
+        "members": count,
+        "envs_per_actor": config.envs_per_actor,
+        "rollout_len": config.rollout_len,
+        "steps_per_member": together["total_steps"],
+        "together_sps": together["sps"],
+        "in_turn_sps": member_steps / in_turn_run_s,
+        "ratio": together["sps"] / (member_steps / in_turn_run_s),
+        "together_wall_s": together_wall,
+        "in_turn_wall_s": sum(wall for _, wall in alone),
+        "together_compile_s": together["compile_s"],
+        "in_turn_compile_s": sum(summary["compile_s"] for summary, _ in alone),
+        "together_learner_s": together["learner_time_s"],
+        "together_actor_s": together["actor_time_s"],
+        "env_only_sps": env_only_sps(env_id, envs, min(member_steps, 100_000)),
+        "final_return_per_seed": together["final_return_per_seed"],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 if __name__ == "__main__":

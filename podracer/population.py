@@ -53,7 +53,7 @@ class PopulationConfig:
     """The training pool, its leaderboard and its tournament."""
 
     size: int = 8
-    """Members P, trained in lock-step as one vmapped program (AnakinConfig.num_seeds = P)."""
+    """Members P, trained in lock-step as one program (the loop's ``num_seeds = P``)."""
     interval: int = 10
     """Updates between two evaluations (and tournaments)."""
     tournament: bool = True

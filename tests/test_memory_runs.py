@@ -127,7 +127,7 @@ def test_sebulba_resume_with_memory_restores_the_uninterrupted_state(tmp_path, t
     assert resumed["start_update"] == 2
     with Checkpointer(interrupted) as checkpointer:
         final, _ = checkpointer.restore(template)
-    assert params_checksum(final.params) == resumed["params_checksum"]
+    assert params_checksum(final.learner.params) == resumed["params_checksum"]
 
 
 def test_a_population_with_memory_keeps_each_members_carries(tmp_path):

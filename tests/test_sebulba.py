@@ -202,8 +202,8 @@ def test_deterministic_rollout_k_acts_with_the_params_of_update_k_minus_1():
     recipe = recipe._replace(agent=agent, optimizer=optax.sgd(1.0))
     make_env = lambda i: JaxHostEnvironment(envs.make("catch"), 4, seed=i + 1)  # noqa: E731
     result = run(recipe, config, make_env, seed=0, devices=jax.devices()[:2])
-    state = result.state.agent_state
-    assert int(state["n"]) == 6 and float(result.params["v"]) == 6.0
+    state = jax.tree.map(lambda x: x[0], result.state.learner.agent_state)  # the one member
+    assert int(state["n"]) == 6 and float(result.params["v"][0]) == 6.0
     # rollout 0 acts with the initial params (version 0), rollout k with those of update k - 1
     np.testing.assert_array_equal(np.asarray(state["used"])[:6], [0, 0, 1, 2, 3, 4])
 
