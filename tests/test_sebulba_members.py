@@ -297,7 +297,9 @@ def test_a_sweep_on_sebulba_is_one_program(two_devices):
     for member, lr in enumerate([1e-12, 1e-12, 1e-3, 1e-3]):
         moved = max(
             float(np.max(np.abs(last[member] - first[member])))
-            for first, last in zip(jax.tree.leaves(start), jax.tree.leaves(result.params))
+            for first, last in zip(
+                jax.tree.leaves(start), jax.tree.leaves(result.params), strict=True
+            )
         )
         assert (moved < 1e-9) if lr < 1e-6 else (moved > 1e-5), (member, moved)
 
