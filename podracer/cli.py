@@ -328,7 +328,7 @@ def parse_train_args(argv: Sequence[str]):
         if not loop.members_in_one_program:
             raise CLIError(
                 f"--population is not allowed with --arch {selectors.arch}: a population "
-                "trains its members as one program (--arch anakin)"
+                "trains its members as one program"
             )
         arch_config = loop.with_members(arch_config, selectors.population_config.size)
     return selectors, parsed.agent, arch_config

@@ -268,6 +268,33 @@ def test_sebulba_two_processes_learn_envpool_cartpole_with_equal_params(tmp_path
     assert first["final_return"] >= 150.0  # random play: about 22
 
 
+def test_sebulba_population_in_two_processes(tmp_path):
+    """A Sebulba population of 4 members over 2 processes: every update takes both processes'
+    environments of every member, the tournament runs on the learner of each with the same
+    scores (every process's episodes), so both end with the same params and hyper-parameters,
+    and process 0 writes the leaderboard."""
+    args = [
+        "--arch", "sebulba", "--agent", "ppo", "--env", "envpool:CartPole-v1",
+        "--arch.actor-device-ids", "0", "--arch.learner-device-ids", "1",
+        "--arch.envs-per-actor", "4", "--arch.rollout-len", "16", "--arch.deterministic", "True",
+        "--agent.hidden-sizes", "16", "--agent.num-minibatches", "2",
+        "--population", "4", "--population.interval", "2",
+        "--total-timesteps", str(6 * 2 * 4 * 16), "--seed", "0", "--quiet",
+    ]  # fmt: skip
+    status, lines, err = _launch(2, args, tmp_path, 2, timeout_s=240)
+    assert status == 0, err[-3000:]
+    first, second = sorted(lines, key=lambda line: line["process"])
+    assert first["num_seeds"] == second["num_seeds"] == 4
+    assert first["params_checksum"] == second["params_checksum"]
+    assert first["final_scores"] == second["final_scores"] and len(first["final_scores"]) == 4
+    for a, b in zip(
+        _load(tmp_path / "params_0.npz"), _load(tmp_path / "params_1.npz"), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    boards = (tmp_path / "run" / "leaderboard.jsonl").read_text().splitlines()
+    assert [json.loads(b)["updates"] for b in boards] == [2, 4, 6]
+
+
 def test_anakin_resume_across_two_processes_is_exact(tmp_path):
     """Checkpoints are collective (every process writes its shards, ``docs/scaling.md``): two
     processes that stop half-way and resume end bitwise where two processes that never stopped

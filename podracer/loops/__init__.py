@@ -76,7 +76,8 @@ class Loop(NamedTuple):
     - ``steps_per_update(config)``: environment steps per update and member, every process;
     - ``build(recipe, config, *, devices, members, periodic) -> System``;
     - ``members_in_one_program``: sweeps and populations run their members as one program
-      (Anakin's vmapped members); otherwise a sweep runs them in turn and a population is refused;
+      (Anakin's and Sebulba's ``num_seeds``); otherwise a sweep runs them in turn and a
+      population is refused;
     - ``with_members(config, n)``: the config that runs ``n`` members;
     - ``place_members(config, recipe) -> (config, devices)``: where the members run when
       :func:`podracer.parallel.use_cpu_cores` gave a CPU one device per core and no devices are

@@ -465,10 +465,16 @@ def by_member(traj: Trajectory, members: int) -> Trajectory:
 
 def recent_scores(history: dict[str, list], interval: int) -> np.ndarray:
     """``[P]``: each member's mean return over the episodes that ended in the last ``interval``
-    updates (NaN for a member with none): a population's score on Sebulba, whose environments
-    are host environments the program cannot evaluate in place (``docs/population.md``)."""
+    updates (NaN for a member with none), every process's episodes counted (with several
+    processes, every process calls this at the same update): a population's score on Sebulba,
+    whose environments are host environments the program cannot evaluate in place
+    (``docs/population.md``)."""
     episodes = np.sum(history["episodes"][-interval:], axis=0)
     returns = np.sum(history["return_sum"][-interval:], axis=0)
+    if jax.process_count() > 1:
+        episodes, returns = (
+            multihost_utils.process_allgather(x).sum(axis=0) for x in (episodes, returns)
+        )
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(episodes > 0, returns / np.maximum(episodes, 1), np.nan).astype(np.float32)
 
@@ -646,14 +652,14 @@ def compile_run(
     if state is None:
         state = init_state(recipe, config, seed, devices, members=members, periodic=periodic)
     else:  # a no-op for a state made by init_state or restored into it
-        state = jax.device_put(state, state_sharding)
+        state = jax.tree.map(
+            lambda sharding, part: jax.tree.map(lambda x: _placed(x, sharding), part),
+            state_sharding,
+            state,
+            is_leaf=lambda x: isinstance(x, NamedSharding),
+        )
         if start_update:  # resumed: the actors' environments start afresh, so do the streams
-            state = jax.jit(
-                lambda s: s._replace(
-                    learner=s.learner._replace(replay=break_streams(s.learner.replay))
-                ),
-                out_shardings=state_sharding,
-            )(state)
+            state = jax.jit(_break_streams, out_shardings=state_sharding)(state)
 
     def acting_params(state: SebulbaState):
         def one(params, agent_state, hparams):
@@ -716,6 +722,15 @@ def compile_run(
         periodic=periodic,
         tournament=tournament,
     )
+
+
+def _placed(x, sharding: NamedSharding):
+    """``x`` on ``sharding``: as it is where it is there already (with several processes a
+    transfer of a global array is not allowed, and a ``[P]`` key array made with ``P()`` reports
+    ``P(None)``)."""
+    if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim):
+        return x
+    return jax.device_put(x, sharding)
 
 
 def _break_streams(state: SebulbaState) -> SebulbaState:
@@ -1064,6 +1079,9 @@ def init_state(
             lineage = periodic.init(
                 jax.vmap(lambda k: jax.random.fold_in(k, seeding.PERIODIC_STREAM))(keys)
             )
+        # made inside the program, not forwarded from its input: with several processes a
+        # forwarded input is a local array, not a global one on the learner mesh
+        hparams = jax.tree.map(jnp.copy, hparams)
         return SebulbaState(learner, hparams, lineage)
 
     seeds = np.asarray(seed + offsets, np.uint32)
