@@ -425,7 +425,7 @@ def plot_population(run_dir: PathLike, out: PathLike) -> Path:
         gone = [i for i, r in enumerate(records) if any(x["member"] == m for x in r["replaced"])]
         axes[0].plot(step[gone], scores[gone, m], "x", color=colors[m], markersize=5)
     axes[0].plot(step, np.nanmedian(scores, axis=1), "k--", linewidth=2.0, label="median")
-    axes[0].set_ylabel("evaluation score")
+    axes[0].set_ylabel("leaderboard score")
     shared = _shared_config([run_dir])
     title = f"population of {size}: score per member (x: replaced by the tournament)"
     axes[0].set_title(f"{shared}\n{title}" if shared else title)
