@@ -191,7 +191,10 @@ STATIC = [
     ),
     (["train", "--population", "4", "--population.fraction", "0.9", *T], "fraction=0.9"),
     (["train", "--population.interval", "3", *T], "--population.FIELD needs --population P"),
-    (["train", "--arch", "sebulba", "--population", "4", *T], "--population is not allowed"),
+    (
+        ["train", "--arch", "sebulba", "--population", "4", "--arch.member-loop", "scan", *T],
+        "SebulbaConfig.member_loop='scan' is not allowed: choose one of vmap, map",
+    ),
     (
         ["train", "--population", "4", "--population.hparams", "lr", "epsilon", *T],
         "names 'epsilon', which ppo cannot carry",
