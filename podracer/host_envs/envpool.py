@@ -514,11 +514,22 @@ class EnvpoolEnvironment:
         whose episode ended are already reset (``obs``), ``final_obs`` keeps their last
         observation.
         """
+        self.step_begin(actions)
+        return self.step_end()
+
+    def step_begin(self, actions: np.ndarray) -> None:
+        """The first half of :meth:`step`: the actions go to envpool's workers, which step
+        while the caller does something else (another member's environments:
+        :class:`~podracer.host_envs.members.MemberEnvironments`); :meth:`step_end` returns what
+        :meth:`step` would have."""
         self._require(False, "step()")
         if not self._started:
             raise RuntimeError(f"{self.id}: call reset() before step()")
         actions = self._check_actions(actions, self.num_envs)
         self._pool_send(actions, self._all_ids)
+
+    def step_end(self) -> TimeStep:
+        """The second half of :meth:`step` (after :meth:`step_begin`)."""
         out = self._recv_in_order(self._all_ids)
         terminated, truncated, info = self._account(out)
         obs = final_obs = out.obs

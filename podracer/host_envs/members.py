@@ -3,7 +3,9 @@
 
 Each member keeps its own host environment (its own envpool, seeded as that member's run alone
 would seed it); :class:`MemberEnvironments` puts them side by side, member-major: environments
-``[p * E, (p + 1) * E)`` are member ``p``'s. Sync mode steps each member's environment in turn;
+``[p * E, (p + 1) * E)`` are member ``p``'s. Sync mode sends every member's actions before it
+receives any member's results (envpool's workers step the members side by side), or steps each
+in turn (another kind of host environment);
 async mode receives one batch from each member's environment (``recv`` gives ``P`` batches of
 ``batch_size`` ids, member-major) and answers each its own part.
 """
@@ -49,6 +51,8 @@ class MemberEnvironments:
         self.is_async = first.is_async
         self.observation_spec = first.observation_spec
         self.action_spec = first.action_spec
+        # environments whose step comes in two halves (envpool) step side by side
+        self.overlapped = all(hasattr(env, "step_begin") for env in self.envs)
 
     def _split(self, actions: Any, size: int) -> list[Any]:
         return [
@@ -61,6 +65,10 @@ class MemberEnvironments:
 
     def step(self, actions: Any) -> TimeStep:
         parts = self._split(np.asarray(actions), self.per_member)
+        if self.overlapped:  # every member's envpool steps at once, on its own workers
+            for env, part in zip(self.envs, parts, strict=True):
+                env.step_begin(part)
+            return _concat([env.step_end() for env in self.envs])
         return _concat([env.step(a) for env, a in zip(self.envs, parts, strict=True)])
 
     def async_reset(self) -> None:
