@@ -154,7 +154,14 @@ def host_act(agent: Agent):
 
 
 def host_rollout(
-    env, act, params, carry: RolloutState, keys, timers: Timers | None = None, members: int = 1
+    env,
+    act,
+    params,
+    carry: RolloutState,
+    keys,
+    timers: Timers | None = None,
+    members: int = 1,
+    lifetime: Lifetime | None = None,
 ) -> tuple[RolloutState, Trajectory, RolloutStats]:
     """One rollout of ``T = keys.shape[-1]`` steps on a (sync) host environment: ``T`` calls of
     :func:`podracer.core.acting.step_and_record` with ``act`` (:func:`host_act`) and the host
@@ -163,7 +170,9 @@ def host_rollout(
     Returns the carry, the NumPy ``Trajectory [T, B]`` (the layout Anakin's rollout emits,
     ``actor_state`` included) and the statistics of the episodes that ended (per member, the
     environments member-major: ``[members]``; ``keys`` ``[members, T]`` with
-    :func:`member_act`). Only the action
+    :func:`member_act`); a ``lifetime`` that is stopping ends it between two steps
+    (:class:`~podracer.sebulba.pipeline.Stopped`), so that a run's threads stop within a step
+    however long a rollout of many members takes. Only the action
     comes back from the device at each step; the rest of the actor's output stays there until
     the rollout ends and is fetched in one dispatch.
     """
@@ -185,6 +194,8 @@ def host_rollout(
 
     steps, infos = [], []
     for t in range(keys.shape[-1]):
+        if lifetime is not None and lifetime.stopping:  # a stop is seen within one step
+            raise Stopped
         carry, step, info = step_and_record(timed_act, env_step, params, carry, (keys, t), None)
         steps.append(step)
         infos.append(info)
@@ -306,12 +317,14 @@ class AsyncCollector:
                 for i, buf in enumerate(jax.tree.leaves(self.buffers[name])):
                     buf[rows, ids] = np.concatenate([leaf[i] for leaf in leaves])
 
-    def rollout(self, act, params, key, timers: Timers):
+    def rollout(self, act, params, key, timers: Timers, lifetime: Lifetime | None = None):
         T = self.rollout_len
         block_start = self.calls  # the keys of calls block_start .. block_start + key_block - 1
         keys = async_keys(key, block_start, self.key_block)
         acted, results = [], []  # written into the buffers once, when the rollout is complete
         while self.buffers is None or self.count.min() < T:
+            if lifetime is not None and lifetime.stopping:  # a stop is seen within one recv
+                raise Stopped
             start = time.perf_counter()
             ts, env_ids = self.env.recv()
             start = timers.add("env_step", start)
@@ -808,11 +821,13 @@ def actor_role(run: SebulbaRun, index: int) -> None:
             params = copies[device]
             timers.add("params_fetch", start)
             if env.is_async:
-                traj, stats = collector.rollout(run.act, params, _fold_in(key, rollout), timers)
+                traj, stats = collector.rollout(
+                    run.act, params, _fold_in(key, rollout), timers, run.lifetime
+                )
             else:
                 keys = member_rollout_keys(key, rollout, config.rollout_len)
                 carry, traj, stats = host_rollout(
-                    env, run.act, params, carry, keys, timers, members
+                    env, run.act, params, carry, keys, timers, members, run.lifetime
                 )
             start = time.perf_counter()
             # this process's columns of every member
