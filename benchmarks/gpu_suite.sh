@@ -19,6 +19,8 @@
 # TOTAL_S (default 540 s) bounds the whole script: the suite gets what setting up left, less a
 # margin for the plots, ENVS_S (default 150 s, envs.py's time; 0 skips it) and MUZERO_S (default
 # 160 s, MuZero on Atari, half each game; 0 skips it; a call of its own for longer runs:
+# MEMBERS_S (default 0) runs benchmarks/sebulba_throughput.py --members 1,4,8 (Sebulba members
+# in one program against members in turn: TOTAL_S=560 ENVS_S=0 MUZERO_S=0 MEMBERS_S=300);
 # TOTAL_S=560 ENVS_S=0 MUZERO_S=420 SUITE_ARGS="--only muzero"), as its --budget-s, and is stopped 60 s
 # after that if it is still going (what it measured by then stays in suite.jsonl, and the plots
 # are drawn from it).
@@ -75,7 +77,8 @@ timed "jax.devices()" "$PY" -c 'import jax; print(jax.__version__, jax.devices()
 
 ENVS_S=${ENVS_S:-150}  # benchmarks/envs.py's share of TOTAL_S (0: not run)
 MUZERO_S=${MUZERO_S:-160}  # MuZero on Atari's share of TOTAL_S (0: not run)
-budget=$((TOTAL_S - SECONDS - 30 - ENVS_S - MUZERO_S))
+MEMBERS_S=${MEMBERS_S:-0}  # Sebulba members' share of TOTAL_S (0: not run; 300 measures them)
+budget=$((TOTAL_S - SECONDS - 30 - ENVS_S - MUZERO_S - MEMBERS_S))
 if [ "$budget" -lt 60 ]; then
   echo "only $budget s left of TOTAL_S=$TOTAL_S after setting up: not running the suite"
   exit 1
@@ -90,6 +93,13 @@ if [ "$ENVS_S" -gt 0 ]; then  # the JAX suites at accelerator sizes (a missing l
   timed "envs.py ($ENVS_S s)" timeout --signal=TERM "$ENVS_S" "$PY" benchmarks/envs.py \
     --only craftax,playground --id playground=playground:CheetahRun \
     --num-envs "${ENVS_NUM_ENVS:-1024,4096}" --out "$OUT/envs.jsonl" || true
+fi
+if [ "$MEMBERS_S" -gt 0 ]; then
+  # members on Sebulba: 1, 4 and 8 members in one program against the same members in turn
+  # (CartPole's MLP PPO, Breakout's IMPALA ResNet), actors and learner on the one GPU
+  timed "sebulba members ($MEMBERS_S s)" timeout --signal=TERM "$MEMBERS_S" \
+    "$PY" benchmarks/sebulba_throughput.py --members 1,4,8 --configs cartpole,breakout \
+    --out "$OUT/members.jsonl" || true
 fi
 if [ "$MUZERO_S" -gt 0 ]; then
   # Sebulba MuZero on Atari, actor and learner on the one GPU: 64 envs x 32 steps per rollout,

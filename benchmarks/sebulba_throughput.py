@@ -192,6 +192,8 @@ def members_record(name, env_id, agent_config, config, steps: int, count: int) -
     from podracer import loops
 
     devices = jax.devices()[:2]
+    if len(devices) == 1:  # one accelerator: the actors and the learner share it
+        config = dataclasses.replace(config, actor_device_ids=(0,), learner_device_ids=(0,))
 
     def train(config, seed):
         start = time.perf_counter()
