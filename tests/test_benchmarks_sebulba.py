@@ -111,3 +111,23 @@ def test_bench_record_on_sleepy_async_envs(two_devices):
         assert math.isfinite(cores) and cores >= 0, what
         speed = common.Speed(record[f"{what}_sps" if what != "training" else "steady_sps"], cores)
         assert math.isclose(record["cpu_us_per_step"][what], speed.cpu_us_per_step)
+
+
+@pytest.mark.skipif(not HAVE_ENVPOOL, reason="envpool is not installed")
+def test_members_record_counts_every_members_steps(two_devices):
+    """``--members``: P members in one program against the same P run in turn; the ratio is the
+    two speeds', every member's steps counted on both sides."""
+    throughput = load("sebulba_throughput")
+    from podracer.agents import PPOConfig
+    from podracer.sebulba import SebulbaConfig
+
+    config = SebulbaConfig(
+        envs_per_actor=4, rollout_len=8, actor_device_ids=(0,), learner_device_ids=(1,)
+    )
+    agent = PPOConfig(hidden_sizes=(8,), num_epochs=1, num_minibatches=1)
+    record = throughput.members_record("cartpole", "envpool:CartPole-v1", agent, config, 96, 2)
+    assert record["members"] == 2 and record["steps_per_member"] == 96
+    assert len(record["final_return_per_seed"]) == 2
+    assert math.isclose(record["ratio"], record["together_sps"] / record["in_turn_sps"])
+    assert record["together_wall_s"] > 0 and record["in_turn_wall_s"] > 0
+    assert record["env_only_sps"] > 0
