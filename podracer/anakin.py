@@ -540,7 +540,7 @@ def run(
 
     def report(metrics, updates):
         metrics = _report(metrics, updates, num_updates, start, start_update, config, progress)
-        if hasattr(hooks, "after_metrics"):  # optional in a hooks object of a user's
+        if hooks is not None:
             done = next(iter(metrics.learner.values())).shape[-1] if metrics.learner else 0
             hooks.after_metrics(metrics.learner, updates - done)
         if system.periodic is not None and bool(metrics.events["due"]):

@@ -301,7 +301,7 @@ def default_run_dir(spec: RunSpec, root: str = "runs", kind: str | None = None) 
     return os.path.join(root, f"{env}-{agent}-{kind}-{stamp}")
 
 
-class _Hooks:
+class _Hooks(loops.RunHooks):
     """Periodic evaluation and checkpoints between calls (:class:`podracer.loops.RunHooks`)."""
 
     def __init__(self, spec: RunSpec, checkpointer, logger, evaluate, steps_per_update, start):
@@ -357,7 +357,7 @@ class _Hooks:
     def save(self, state, updates: int, eval_return=None) -> None:
         if updates == self.start:
             return  # nothing new since the checkpoint this run started from
-        if self.options.check_finite and not params_finite(getattr(state, "learner", state).params):
+        if self.options.check_finite and not params_finite(state.learner.params):
             raise Diverged(
                 f"the run diverged: the parameters after update {updates} are not finite"
                 f"{self._nothing_saved()}"
