@@ -13,9 +13,10 @@ command line only ever do this::
     evaluate = system.evaluator(seed=..., episodes=..., greedy=...)
 
 and never look inside a system. ``RunResult`` (:mod:`podracer.loops.common`) is the one
-result type. A system builds every environment with the recipe's
-:class:`~podracer.envs.EnvOptions` (``recipe.make_env()`` for a JAX environment,
-:func:`podracer.host_envs.make` with ``recipe.env_options`` for a host one).
+result type. A system builds every environment through the recipe's
+:class:`~podracer.loops.recipe.EnvFactory` (the id and its :class:`~podracer.envs.EnvOptions`,
+made once): ``recipe.make_env()``, the one JAX environment of the run, built once;
+``recipe.envs.host(...)`` for a host one, each its own.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from podracer.config import ConfigValueError
 from podracer.envs.options import EnvOptions
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.layout import LearnerLayout, LearnerLayoutFields, learner_layout
-from podracer.loops.recipe import Recipe, make_recipe
+from podracer.loops.recipe import EnvFactory, Recipe, make_recipe
 from podracer.types import EnvSpec
 
 
@@ -70,9 +71,9 @@ class Loop(NamedTuple):
 
     - ``name``: the ``--arch`` name; ``config_cls``: its frozen config dataclass (``--arch.FIELD``);
     - ``default_env(agent_spec) -> env id`` when none is given;
-    - ``probe(env_id, config, seed, env_options) -> EnvSpec``: the specs of the environment
-      built with the run's :class:`~podracer.envs.EnvOptions`, by the factory the loop's
-      systems use (an unknown id or option fails);
+    - ``probe(env_factory, config, seed) -> EnvSpec``: the specs of the environment the run's
+      :class:`~podracer.loops.recipe.EnvFactory` (id and options) builds, as the loop's systems
+      build theirs (an unknown id or option fails);
     - ``steps_per_update(config)``: environment steps per update and member, every process;
     - ``build(recipe, config, *, devices, members, periodic) -> System``;
     - ``members_in_one_program``: sweeps and populations run their members as one program
@@ -88,7 +89,7 @@ class Loop(NamedTuple):
     name: str
     config_cls: type
     default_env: Callable[[Any], str]
-    probe: Callable[[str, Any, int, EnvOptions], EnvSpec]
+    probe: Callable[[EnvFactory, Any, int], EnvSpec]
     steps_per_update: Callable[[Any], int]
     build: Callable[..., System]
     members_in_one_program: bool = False
@@ -265,6 +266,7 @@ def for_config(config: Any) -> Loop:
 
 __all__ = [
     "LOOPS",
+    "EnvFactory",
     "LearnerLayout",
     "LearnerLayoutFields",
     "Loop",
