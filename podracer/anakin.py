@@ -699,6 +699,7 @@ LOOP = Loop(
     members_in_one_program=True,
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
     place_members=place_members,
+    sizes={"envs": "num_envs", "rollout_len": "rollout_len"},
 )
 
 

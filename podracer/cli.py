@@ -299,8 +299,8 @@ def parse_train_args(argv: Sequence[str] | TrainArgs):
     if selectors.env is None:
         selectors.env = loop.default_env(agent_spec)
     arch_cls = loop.config_cls
-    arch_defaults = dict(agent_spec.loop_defaults.get(loop.name, {}))
-    preset = preset_for(agent_spec, selectors.env, loop.name)
+    arch_defaults = loops.loop_defaults(agent_spec, loop)
+    preset = preset_for(agent_spec, selectors.env, loop)
     agent_preset = {}
     if preset is not None:
         arch_defaults.update(preset.loop)

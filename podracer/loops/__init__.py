@@ -22,7 +22,7 @@ made once): ``recipe.make_env()``, the one JAX environment of the run, built onc
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -79,6 +79,8 @@ class Loop(NamedTuple):
     - ``members_in_one_program``: sweeps and populations run their members as one program
       (Anakin's vmapped members); otherwise a sweep runs them in turn and a population is refused;
     - ``with_members(config, n)``: the config that runs ``n`` members;
+    - ``sizes``: ``{neutral size: config field}`` for the loop-neutral sizes (:data:`SIZES`)
+      an agent's ``loop_defaults`` and presets give (:func:`loop_values`);
     - ``place_members(config, recipe) -> (config, devices)``: where the members run when
       :func:`podracer.parallel.use_cpu_cores` gave a CPU one device per core and no devices are
       given (:func:`podracer.parallel.spread_members`): Anakin puts them on as many cores as
@@ -95,6 +97,61 @@ class Loop(NamedTuple):
     members_in_one_program: bool = False
     with_members: Callable[[Any, int], Any] | None = None
     place_members: Callable[..., tuple[Any, Sequence[jax.Device] | None]] | None = None
+    sizes: Mapping[str, str] = {}
+
+
+SIZES = ("envs", "rollout_len")
+"""The loop-neutral sizes an agent's ``loop_defaults`` and presets set: ``envs``, the
+environments a member steps in one batch (Anakin's ``num_envs`` over all its devices, each
+Sebulba actor's ``envs_per_actor``), and ``rollout_len``, the steps of each environment between
+two updates. Each loop maps them to its config's fields (:attr:`Loop.sizes`)."""
+
+
+def loop_values(values: Mapping[str, Any], loop: Loop | str, where: str = "loop_defaults"):
+    """``values`` for ``loop``'s config, in its field names.
+
+    ``values`` holds loop-neutral sizes (:data:`SIZES`) for every loop, and may hold a section
+    per loop name, ``{"anakin": {...}}``, for that loop alone (which wins over the neutral
+    ones); a section's keys are neutral sizes or the loop's own config fields. A loop without a
+    mapping for a neutral size (``Loop.sizes``) gets none.
+
+    Args:
+      values: an agent's ``loop_defaults``, or the loop part of a preset.
+      loop: a :class:`Loop` or its name.
+      where: what ``values`` are, for errors.
+
+    Returns:
+      ``{config field: value}`` for ``loop``.
+
+    Raises:
+      ConfigValueError: a key that is neither a neutral size nor a loop's section.
+    """
+    loop = get(loop) if isinstance(loop, str) else loop
+    out: dict[str, Any] = {}
+    section: Mapping[str, Any] = {}
+    for key, value in values.items():
+        if key in SIZES:
+            if key in loop.sizes:
+                out[loop.sizes[key]] = value
+        elif isinstance(value, Mapping):
+            if key == loop.name:
+                section = value
+        else:
+            raise ConfigValueError(
+                f"{where}[{key!r}]={value!r} is not allowed: give a loop-neutral size "
+                f"({', '.join(SIZES)}) or a mapping for one loop (a loop's name: "
+                f"{', '.join(names())})"
+            )
+    for key, value in section.items():
+        out[loop.sizes.get(key, key) if key in SIZES else key] = value
+    return out
+
+
+def loop_defaults(agent_spec, loop: Loop | str) -> dict[str, Any]:
+    """The loop sizes ``agent_spec`` suits, for ``loop``'s config in its field names
+    (:func:`loop_values` of ``agent_spec.loop_defaults``): what ``podracer train`` starts the
+    loop's config from."""
+    return loop_values(agent_spec.loop_defaults, loop, f"{agent_spec.name}: loop_defaults")
 
 
 _BUILT_IN = {"anakin": "podracer.anakin", "sebulba": "podracer.sebulba"}
@@ -266,6 +323,7 @@ def for_config(config: Any) -> Loop:
 
 __all__ = [
     "LOOPS",
+    "SIZES",
     "EnvFactory",
     "LearnerLayout",
     "LearnerLayoutFields",
@@ -280,6 +338,8 @@ __all__ = [
     "for_config",
     "get",
     "learner_layout",
+    "loop_defaults",
+    "loop_values",
     "make_recipe",
     "names",
     "register",

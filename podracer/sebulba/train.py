@@ -232,6 +232,7 @@ LOOP = Loop(
     build=build_system,
     members_in_one_program=True,
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
+    sizes={"envs": "envs_per_actor", "rollout_len": "rollout_len"},
 )
 
 
