@@ -184,3 +184,32 @@ def test_a_sweep_dry_run_resolves_once(calls, tmp_path, capsys):
     assert calls.count("_selector_parser") == 1
     assert calls.count("get") + calls.count("spec.get") == 1
     assert calls.count("make_with_options") == 1
+
+
+def test_loop_neutral_sizes_reach_each_loops_fields():
+    """An agent's neutral sizes become each loop's own fields; a section under a loop's name
+    applies to that loop alone and wins; the old keyed form with a loop's field names still
+    works; a key that is neither is an error naming it."""
+    from podracer import loops
+    from podracer.anakin import AnakinConfig
+    from podracer.sebulba import SebulbaConfig
+
+    values = {"envs": 16, "rollout_len": 8, "sebulba": {"rollout_len": 32}}
+    assert loops.loop_values(values, "anakin") == {"num_envs": 16, "rollout_len": 8}
+    assert loops.loop_values(values, "sebulba") == {"envs_per_actor": 16, "rollout_len": 32}
+    old = {"anakin": {"num_envs": 4, "rollout_len": 2}}
+    assert loops.loop_values(old, "anakin") == {"num_envs": 4, "rollout_len": 2}
+    assert loops.loop_values(old, "sebulba") == {}
+    with pytest.raises(ValueError, match=r"loop_defaults\['num_envs'\]=4 is not allowed"):
+        loops.loop_values({"num_envs": 4}, "anakin")
+    assert loops.sizes_of("anakin", AnakinConfig(num_envs=6, rollout_len=3)) == {
+        "envs": 6,
+        "rollout_len": 3,
+    }
+    assert loops.sizes_of("sebulba", SebulbaConfig(envs_per_actor=6, rollout_len=3)) == {
+        "envs": 6,
+        "rollout_len": 3,
+    }
+    dqn = agents.get("dqn")  # {"envs": 16, "rollout_len": 8}: one value for both loops
+    assert loops.loop_defaults(dqn, "anakin") == {"num_envs": 16, "rollout_len": 8}
+    assert loops.loop_defaults(dqn, "sebulba") == {"envs_per_actor": 16, "rollout_len": 8}

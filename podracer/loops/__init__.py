@@ -147,6 +147,14 @@ def loop_values(values: Mapping[str, Any], loop: Loop | str, where: str = "loop_
     return out
 
 
+def sizes_of(loop: Loop | str, config: Any) -> dict[str, Any]:
+    """The loop-neutral view of ``config``'s sizes (:data:`SIZES` the loop maps), e.g.
+    ``{"envs": 16, "rollout_len": 128}`` of ``AnakinConfig(num_envs=16, rollout_len=128)``
+    and of ``SebulbaConfig(envs_per_actor=16, rollout_len=128)``."""
+    loop = get(loop) if isinstance(loop, str) else loop
+    return {size: getattr(config, field) for size, field in loop.sizes.items()}
+
+
 def loop_defaults(agent_spec, loop: Loop | str) -> dict[str, Any]:
     """The loop sizes ``agent_spec`` suits, for ``loop``'s config in its field names
     (:func:`loop_values` of ``agent_spec.loop_defaults``): what ``podracer train`` starts the
@@ -343,5 +351,6 @@ __all__ = [
     "make_recipe",
     "names",
     "register",
+    "sizes_of",
     "train",
 ]
