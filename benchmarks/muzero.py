@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from anakin_throughput import env_only_sps, peak_memory
 from jsonl import emit
 
-from podracer import envs
+from podracer import envs, loops
 from podracer.agents import muzero
 from podracer.agents.muzero import MuZeroConfig
 from podracer.anakin import AnakinConfig, build, run
@@ -133,7 +133,7 @@ def bench(
 ) -> dict:
     """One configuration's line: Anakin with the agent's loop defaults (``num_envs`` of them
     unless given)."""
-    loop = muzero.SPEC.loop_defaults["anakin"]
+    loop = loops.loop_defaults(muzero.SPEC, "anakin")
     arch = AnakinConfig(num_envs=num_envs or loop["num_envs"], rollout_len=loop["rollout_len"])
     env = envs.make(env_id)
     system = build(env_id, config, arch, total_timesteps=total_steps, devices=jax.devices()[:1])

@@ -80,7 +80,7 @@ import jax
 import jax.numpy as jnp
 
 import podracer
-from podracer import agents, anakin, envs
+from podracer import agents, anakin, envs, loops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling script, run or imported
 from continuous import (
@@ -291,7 +291,7 @@ def configs_for(name: str, args) -> tuple[Bench, dict[str, Any], Any, Any, int]:
     configuration."""
     bench = CONFIGS[name]
     spec = agents.get(bench.agent)
-    loop_values = dict(spec.loop_defaults[bench.arch])
+    loop_values = loops.loop_defaults(spec, bench.arch)
     on_cpu = jax.default_backend() == "cpu"
     if on_cpu:
         loop_values.update(bench.cpu_loop)
@@ -531,7 +531,7 @@ def buffer_case(
 
 def buffer_lines(args) -> Iterator[dict[str, Any]]:
     """Every buffer case (one JSON line each), one after another."""
-    loop = agents.get("dqn").loop_defaults["anakin"]
+    loop = loops.loop_defaults(agents.get("dqn"), "anakin")
     add_batch = loop["num_envs"] * loop["rollout_len"]  # one Anakin update's items
     sample_batch = agents.DQNConfig().batch_size
     sizes = SMOKE_BUFFER_SIZES if args.smoke else BUFFER_SIZES

@@ -53,12 +53,10 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
-class TrainingClock(Clock):
+class TrainingClock(Clock, loops.RunHooks):
     """Run hooks (:class:`podracer.loops.RunHooks`) that time a Sebulba run from its first
     update's end to its last (compiling and the first rollouts left out): ``speed`` over those
     ``updates - 1`` updates."""
-
-    interval = 0
 
     def __init__(self, steps_per_update: int):
         self.steps_per_update = steps_per_update  # every member's together
@@ -74,9 +72,6 @@ class TrainingClock(Clock):
         elif last:
             self.last = updates
             self.measured = self.speed((updates - self.first) * self.steps_per_update)
-
-    def interrupted(self, state, updates: int) -> None:
-        pass
 
 
 def env_only_sps(env_id: str, config: SebulbaConfig, steps: int) -> float:

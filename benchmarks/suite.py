@@ -71,7 +71,7 @@ import jax
 import peers
 import population_throughput
 
-from podracer import agents
+from podracer import agents, loops
 from podracer.agents import DQNConfig, PPOConfig, QLambdaConfig
 from podracer.agents.muzero import MuZeroConfig
 from podracer.anakin import AnakinConfig
@@ -311,7 +311,7 @@ def muzero_bench(sizes: Sizes, num_envs: int) -> Bench:
         config = dataclasses.replace(
             config, learning_starts=256, buffer_size=2048, num_unroll_steps=2, n_step=2
         )
-    rollout_len = agents.get("muzero").loop_defaults["anakin"]["rollout_len"]
+    rollout_len = loops.loop_defaults(agents.get("muzero"), "anakin")["rollout_len"]
     loop = AnakinConfig(num_envs=num_envs, rollout_len=rollout_len)
     name = f"muzero-catch-{num_envs}"
 

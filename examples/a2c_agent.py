@@ -142,7 +142,7 @@ SPEC = AgentSpec(
     make_agent=make_agent,
     make_optimizer=make_optimizer,
     default_env="gymnax:CartPole-v1",
-    loop_defaults={"anakin": {"num_envs": 16, "rollout_len": 16}},
+    loop_defaults={"envs": 16, "rollout_len": 16},  # any loop: each maps them to its fields
     # The fields sweeps and populations may trace, and where a population may take them.
     search_space={
         "lr": Space(1e-5, 1e-1, log=True),

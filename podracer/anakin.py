@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from podracer import envs, loops, seeding
+from podracer import loops, seeding
 from podracer.config import ConfigError, ConfigValueError, check_choice, check_positive
 from podracer.core.learner import one_device, per_device
 from podracer.core.learner import state_specs as learner_specs
@@ -48,7 +48,7 @@ from podracer.loops.common import (
     train_record,
 )
 from podracer.loops.layout import LearnerLayoutFields
-from podracer.loops.recipe import Recipe
+from podracer.loops.recipe import EnvFactory, Recipe, as_factory
 from podracer.parallel import (
     DATA_AXIS,
     MEMBER_AXIS,
@@ -540,7 +540,7 @@ def run(
 
     def report(metrics, updates):
         metrics = _report(metrics, updates, num_updates, start, start_update, config, progress)
-        if hasattr(hooks, "after_metrics"):  # optional in a hooks object of a user's
+        if hooks is not None:
             done = next(iter(metrics.learner.values())).shape[-1] if metrics.learner else 0
             hooks.after_metrics(metrics.learner, updates - done)
         if system.periodic is not None and bool(metrics.events["due"]):
@@ -636,14 +636,18 @@ def _report(metrics, done_updates, num_updates, start, start_update, config, pro
 
 
 def probe(
-    env_id: str, config: AnakinConfig, seed: int, env_options: EnvOptions | None = None
+    env: str | EnvFactory,
+    config: AnakinConfig,
+    seed: int,
+    env_options: EnvOptions | None = None,
 ) -> EnvSpec:
-    """The specs of the JAX environment ``env_id`` with ``env_options``, built by the factory
-    the system uses (:func:`podracer.envs.make_with_options`; an unknown id or option fails
-    here)."""
+    """The specs of the run's JAX environment: the one its :class:`EnvFactory` builds (and
+    keeps: the rollout, the evaluator and a population's tournament get that same object from
+    ``recipe.make_env()``); an id is taken with ``env_options``. An unknown id or option fails
+    here."""
     del config, seed
-    env = envs.make_with_options(env_id, env_options)
-    return EnvSpec(env.observation_spec, env.action_spec)
+    built = as_factory(env, env_options).make()
+    return EnvSpec(built.observation_spec, built.action_spec)
 
 
 def build_system(
@@ -695,6 +699,7 @@ LOOP = Loop(
     members_in_one_program=True,
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
     place_members=place_members,
+    sizes={"envs": "num_envs", "rollout_len": "rollout_len"},
 )
 
 

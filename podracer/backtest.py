@@ -92,22 +92,18 @@ def best_member(run_dir: str) -> int | None:
 
 
 def policy_of(system, state, member: int):
-    """``(agent, actor_params)`` of one member of a restored state: an Anakin state's members
-    are its leading axis; a Sebulba state is one learner."""
+    """``(agent, actor_params)`` of one member of a restored state: the members are the
+    leading axis of its ``learner`` (every loop's state)."""
     from podracer.core.learner import one_device
 
     agent = system.recipe.agent
-    learner = getattr(state, "learner", None)
-    if learner is None:
-        learner = state
-    else:
-        members = jax.tree.leaves(learner.params)[0].shape[0]
-        if not 0 <= member < members:
-            raise ConfigError(
-                f"--member {member} is not allowed: the run has {members} member(s), 0 to "
-                f"{members - 1}"
-            )
-        learner = jax.tree.map(lambda x: x[member], learner)
+    learner = state.learner
+    members = jax.tree.leaves(learner.params)[0].shape[0]
+    if not 0 <= member < members:
+        raise ConfigError(
+            f"--member {member} is not allowed: the run has {members} member(s), 0 to {members - 1}"
+        )
+    learner = jax.tree.map(lambda x: x[member], learner)
     learner = jax.device_get(learner)
     return agent, agent.actor_params(learner.params, one_device(agent, learner.agent_state))
 

@@ -2,8 +2,8 @@
 
 A checkpoint is one step directory ``<run_dir>/checkpoints/<updates>/`` holding
 
-- ``state``: the state pytree (Anakin's :class:`~podracer.anakin.AnakinState`, or Sebulba's
-  :class:`~podracer.types.LearnerState`), typed PRNG keys stored as their raw ``uint32`` data;
+- ``state``: the loop's state pytree, whole (every loop's holds ``learner``, ``hparams`` and
+  ``periodic``), typed PRNG keys stored as their raw ``uint32`` data;
 - ``meta``: JSON — counters (updates, environment steps, wall time), the run's identity and the
   evaluation return when there was one.
 

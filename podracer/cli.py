@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from podracer.config import ArgumentParser
 
@@ -192,6 +193,27 @@ def _selector_parser(agent_names: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+class TrainArgs(NamedTuple):
+    """A ``podracer train`` (or ``sweep``) command line parsed once: every helper of a command
+    reads these selectors instead of parsing ``argv`` again."""
+
+    argv: list[str]  # the arguments as given (without the command)
+    selectors: argparse.Namespace  # the selector parser's values (None: not given)
+    rest: list[str]  # what it left: --agent.FIELD, --arch.FIELD, --population.FIELD flags
+
+
+def parse_selectors(argv: Sequence[str] | TrainArgs) -> TrainArgs:
+    """``argv`` through the selector parser (:func:`_selector_parser`), once; a
+    :class:`TrainArgs` already parsed is returned as it is."""
+    if isinstance(argv, TrainArgs):
+        return argv
+    from podracer import agents
+
+    argv = list(argv)
+    selectors, rest = _selector_parser(list(agents.AGENTS)).parse_known_args(argv)
+    return TrainArgs(argv, selectors, rest)
+
+
 def train_flags() -> list[tuple[str, str]]:
     """``(flag, help)`` of the flags of ``podracer train`` that are not config fields, in the
     order of ``--help`` (for docs/config.md)."""
@@ -227,11 +249,13 @@ def _options(selectors, base) -> object:
     return RunOptions(**values)
 
 
-def parse_train_args(argv: Sequence[str]):
-    """``(selectors, agent_config, arch_config)`` from a ``podracer train`` command line.
+def parse_train_args(argv: Sequence[str] | TrainArgs):
+    """``(selectors, agent_config, arch_config)`` from a ``podracer train`` command line (or
+    its :class:`TrainArgs`, parsed once by :func:`parse_selectors`).
 
     Values come from, in increasing priority: the defaults, ``--config FILE``, the flags.
-    ``selectors.options`` is the resolved :class:`~podracer.runs.RunOptions`.
+    ``selectors.options`` is the resolved :class:`~podracer.runs.RunOptions`;
+    ``selectors.agent_spec`` the agent's :class:`~podracer.agents.AgentSpec`, resolved here once.
     """
     import tyro
 
@@ -239,8 +263,9 @@ def parse_train_args(argv: Sequence[str]):
     from podracer.presets import describe, preset_for
     from podracer.runs import RunOptions, dataclass_from_dict, load_config_file
 
-    parser = _selector_parser(list(agents.AGENTS))
-    selectors, rest = parser.parse_known_args(list(argv))
+    parsed = parse_selectors(argv)
+    selectors = argparse.Namespace(**vars(parsed.selectors))  # filled in below
+    rest = list(parsed.rest)
     file = load_config_file(selectors.config) if selectors.config else {}
     where = f"--config={selectors.config}"
     sections = ("agent_config", "arch_config", "options", "population", "env_options")
@@ -266,6 +291,7 @@ def parse_train_args(argv: Sequence[str]):
             f"{', '.join(agents.AGENTS)}, or module:SPEC (an AgentSpec of your own)"
         )
     agent_spec = agents.get(selectors.agent)
+    selectors.agent_spec = agent_spec
     if selectors.total_timesteps <= 0:
         raise CLIError(
             f"--total-timesteps={selectors.total_timesteps} is not allowed: it must be > 0"
@@ -273,8 +299,8 @@ def parse_train_args(argv: Sequence[str]):
     if selectors.env is None:
         selectors.env = loop.default_env(agent_spec)
     arch_cls = loop.config_cls
-    arch_defaults = dict(agent_spec.loop_defaults.get(loop.name, {}))
-    preset = preset_for(agent_spec, selectors.env, loop.name)
+    arch_defaults = loops.loop_defaults(agent_spec, loop)
+    preset = preset_for(agent_spec, selectors.env, loop)
     agent_preset = {}
     if preset is not None:
         arch_defaults.update(preset.loop)
@@ -312,7 +338,7 @@ def parse_train_args(argv: Sequence[str]):
     if not selectors.help:
         check_field_flags(rest, {name: cls for name, cls, _ in fields}, selectors)
     if selectors.help:
-        parser.print_help()
+        _selector_parser(list(agents.AGENTS)).print_help()
         print()
         rest = [*rest, "--help"]
     parsed = tyro.cli(
@@ -347,14 +373,16 @@ def _env_options(selectors, file, where):
     return resolve(selectors.env, options)
 
 
-def run_spec(argv: Sequence[str]):
-    """``(RunSpec, selectors)`` of a ``podracer train`` (or ``sweep``) command line."""
+def run_spec(argv: Sequence[str] | TrainArgs):
+    """``(RunSpec, selectors)`` of a ``podracer train`` (or ``sweep``) command line or its
+    :class:`TrainArgs`; the spec carries the resolved agent spec (``RunSpec.agent_spec``)."""
     from podracer.runs import RunSpec
 
     selectors, agent_config, arch_config = parse_train_args(argv)
     spec = RunSpec(
         arch=selectors.arch,
         agent=selectors.agent,
+        agent_spec=selectors.agent_spec,
         env=selectors.env,
         seed=selectors.seed,
         total_timesteps=selectors.total_timesteps,
@@ -443,13 +471,11 @@ def _population_default(selectors, file, where):
     return dataclass_from_dict(PopulationConfig, values, f"{where}: population")
 
 
-def _resume_spec(argv: Sequence[str]):
+def _resume_spec(argv: Sequence[str] | TrainArgs):
     """``(selectors, spec, run_dir)`` for ``podracer train --resume DIR [--total-timesteps N]``."""
-    from podracer import agents
     from podracer.runs import load_spec
 
-    parser = _selector_parser(list(agents.AGENTS))
-    selectors, rest = parser.parse_known_args(list(argv))
+    selectors, rest = parse_selectors(argv)[1:]
     allowed = {"resume", "resume_step", "total_timesteps", "quiet", "dry_run", *MULTI_PROCESS}
     given = {
         name
@@ -472,7 +498,7 @@ def _resume_spec(argv: Sequence[str]):
     return selectors, spec, selectors.resume
 
 
-def _initialize(argv: Sequence[str]) -> None:
+def _initialize(argv: Sequence[str] | TrainArgs) -> None:
     """Joins the processes of a multi-process run, before any JAX computation (nothing to do
     for one process)."""
     from podracer import parallel
@@ -481,16 +507,14 @@ def _initialize(argv: Sequence[str]) -> None:
     parallel.initialize(*args, **options)
 
 
-def _process_flags(argv: Sequence[str]):
+def _process_flags(argv: Sequence[str] | TrainArgs):
     """``(coordinator, num_processes, process_id), {"timeout_s": ...}`` of a command line."""
-    from podracer import agents
-
-    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
+    selectors = parse_selectors(argv).selectors
     args = (selectors.coordinator, selectors.num_processes, selectors.process_id)
     return args, {"timeout_s": selectors.fault_timeout}
 
 
-def process_setup(argv: Sequence[str]):
+def process_setup(argv: Sequence[str] | TrainArgs):
     """The :class:`~podracer.parallel.ProcessSetup` of a command line: its process flags
     checked as :func:`_initialize` checks them, without joining."""
     from podracer import parallel
@@ -499,12 +523,12 @@ def process_setup(argv: Sequence[str]):
     return parallel.resolve(*args, **options)
 
 
-def _check_run_dir(argv: Sequence[str]) -> None:
+def _check_run_dir(argv: Sequence[str] | TrainArgs) -> None:
     """The run directory checked by every process before the processes join
     (:func:`podracer.runs.check_run_dir`), so none has written into it yet."""
-    from podracer import agents, runs
+    from podracer import runs
 
-    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
+    selectors = parse_selectors(argv).selectors
     if selectors.resume is not None:
         runs.check_run_dir(selectors.resume, resume=True, flag="--resume")
     elif selectors.run_dir is not None:
@@ -527,11 +551,11 @@ def _print_plan(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
-def _resuming(argv: Sequence[str]) -> bool:
-    return any(a == "--resume" or a.startswith("--resume=") for a in argv)
+def _resuming(args: TrainArgs) -> bool:
+    return args.selectors.resume is not None
 
 
-def train_dry_run(argv: Sequence[str]) -> dict:
+def train_dry_run(argv: Sequence[str] | TrainArgs) -> dict:
     """``podracer train ... --dry-run``: everything a run resolves and checks (agent,
     environment, loop, every flag, the run directory; a resume's checkpoint), with the same
     one-line errors, then the plan (:func:`podracer.runs.plan`) on stderr and as a JSON line;
@@ -539,31 +563,35 @@ def train_dry_run(argv: Sequence[str]) -> dict:
     contacted: the devices are this process's)."""
     from podracer import runs
 
-    _check_run_dir(argv)
-    process_setup(argv)
-    if _resuming(argv):
-        selectors, spec, run_dir = _resume_spec(argv)
+    args = parse_selectors(argv)
+    _check_run_dir(args)
+    process_setup(args)
+    if _resuming(args):
+        selectors, spec, run_dir = _resume_spec(args)
         record = runs.dry_run(spec, run_dir, resume=True, resume_step=selectors.resume_step)
     else:
-        spec, selectors = run_spec(argv)
+        spec, selectors = run_spec(args)
         run_dir = selectors.run_dir or runs.default_run_dir(spec)
         record = runs.dry_run(spec, run_dir)
     _print_plan(record)
     return record
 
 
-def train(argv: Sequence[str]) -> dict:
+def train(argv: Sequence[str] | TrainArgs) -> dict:
+    """``podracer train``: ``argv`` (or its :class:`TrainArgs`) parsed once and every step
+    (run directory, processes, spec, run) reading that one parse."""
     from podracer import parallel, runs
 
-    if _dry_run(argv)[0]:
-        return train_dry_run(argv)
-    _check_run_dir(argv)
-    _initialize(argv)
-    if _resuming(argv):
-        selectors, spec, run_dir = _resume_spec(argv)
+    args = parse_selectors(argv)
+    if args.selectors.dry_run:
+        return train_dry_run(args)
+    _check_run_dir(args)
+    _initialize(args)
+    if _resuming(args):
+        selectors, spec, run_dir = _resume_spec(args)
         resume = True
     else:
-        spec, selectors = run_spec(argv)
+        spec, selectors = run_spec(args)
         run_dir = selectors.run_dir or runs.default_run_dir(spec)
         resume = False
     runs.check_processes_agree(spec, run_dir, resume=resume, resume_step=selectors.resume_step)
@@ -654,16 +682,24 @@ sweepable fields: {fields}
 """
 
 
-def sweep(argv: Sequence[str]) -> list[dict]:
-    from podracer import agents, runs, stats
+class SweepArgs(NamedTuple):
+    """A ``podracer sweep`` command line parsed once: the grid's flags taken out, the rest
+    parsed as ``podracer train``'s (:class:`TrainArgs`)."""
+
+    dry: bool  # --dry-run
+    values: dict[str, tuple[float, ...]]  # --sweep.FIELD values
+    seeds: int  # --seeds
+    train: TrainArgs
+
+
+def parse_sweep(argv: Sequence[str] | SweepArgs) -> SweepArgs:
+    """``podracer sweep``'s ``argv``: ``--dry-run``, ``--sweep.FIELD`` and ``--seeds`` taken
+    out, the rest through :func:`parse_selectors` once; a :class:`SweepArgs` is returned as it
+    is."""
+    if isinstance(argv, SweepArgs):
+        return argv
     from podracer import sweep as sweeps
 
-    if "-h" in argv or "--help" in argv:
-        fields = "; ".join(
-            f"{name}: {', '.join(sweeps.sweepable(spec))}" for name, spec in agents.AGENTS.items()
-        )
-        print(SWEEP_HELP.format(fields=fields), end="")
-        return []
     dry, argv = _dry_run(argv)
     values, rest = sweeps.parse_sweep_flags(argv)
     seeds = 1
@@ -674,7 +710,25 @@ def sweep(argv: Sequence[str]) -> list[dict]:
         except (IndexError, ValueError) as error:
             raise CLIError("--seeds needs an integer, e.g. --seeds 4") from error
         rest = rest[:i] + rest[i + 2 :]
-    grid = sweeps.Grid(values=values, seeds=seeds)
+    return SweepArgs(dry, values, seeds, parse_selectors(rest))
+
+
+def sweep(argv: Sequence[str] | SweepArgs) -> list[dict]:
+    from podracer import runs, stats
+    from podracer import sweep as sweeps
+
+    given = argv.train.argv if isinstance(argv, SweepArgs) else argv
+    if "-h" in given or "--help" in given:
+        from podracer import agents
+
+        fields = "; ".join(
+            f"{name}: {', '.join(sweeps.sweepable(spec))}" for name, spec in agents.AGENTS.items()
+        )
+        print(SWEEP_HELP.format(fields=fields), end="")
+        return []
+    args = parse_sweep(argv)
+    dry, rest = args.dry, args.train
+    grid = sweeps.Grid(values=args.values, seeds=args.seeds)
     _check_run_dir(rest)
     spec, selectors = run_spec(rest)
     if spec.population is not None:
@@ -684,7 +738,7 @@ def sweep(argv: Sequence[str]) -> list[dict]:
             "--resume is not allowed in a sweep: a sweep always starts afresh; resume one of "
             "its runs with podracer train --resume DIR"
         )
-    sweeps.check_grid(agents.get(spec.agent), spec.agent_config, grid)
+    sweeps.check_grid(spec.agent_spec, spec.agent_config, grid)
     run_dir = selectors.run_dir or runs.default_run_dir(spec, kind="sweep")
     if dry:
         process_setup(rest)
@@ -737,13 +791,13 @@ def evaluate(argv: Sequence[str]) -> dict:
     return result
 
 
-def _use_cpu_cores(argv: Sequence[str]) -> None:
+def _use_cpu_cores(argv: Sequence[str] | TrainArgs) -> None:
     """One XLA:CPU device per core for a single-process run, before JAX starts
     (:func:`podracer.parallel.use_cpu_cores`), so that Anakin's members run side by side on
     them; a multi-process run keeps the devices each process has."""
-    from podracer import agents, parallel
+    from podracer import parallel
 
-    selectors, _ = _selector_parser(list(agents.AGENTS)).parse_known_args(list(argv))
+    selectors = parse_selectors(argv).selectors
     setup = parallel.resolve(selectors.coordinator, selectors.num_processes, selectors.process_id)
     if setup.source == "single":
         parallel.use_cpu_cores()
@@ -774,13 +828,12 @@ def main(
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     try:
-        if (
-            cpu_cores
-            and command in ("train", "sweep")
-            and "-h" not in rest
-            and "--help" not in rest
-        ):
-            _use_cpu_cores(rest)
+        helping = "-h" in rest or "--help" in rest
+        if command in ("train", "sweep") and not helping:
+            # The one parse of the command line: every step below reads it.
+            rest = parse_selectors(rest) if command == "train" else parse_sweep(rest)
+            if cpu_cores:
+                _use_cpu_cores(rest if command == "train" else rest.train)
         if command == "train" and supervise:
             from podracer import supervisor
 
@@ -822,4 +875,8 @@ def main(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # podracer.cli's own main, not this __main__ copy's: the supervisor and the other modules
+    # import podracer.cli, and a command line parsed here (TrainArgs) must be of their class.
+    from podracer.cli import main as _main
+
+    sys.exit(_main())

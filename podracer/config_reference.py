@@ -120,7 +120,10 @@ def sections() -> list[ConfigSection]:
         note = f"Default environment: `{entry.default_env}`."
         if entry.search_space:
             note += f" Sweepable: {', '.join(f'`{f}`' for f in entry.search_space)}."
-        for loop, defaults in entry.loop_defaults.items():
+        for loop in loops.names():
+            defaults = loops.loop_defaults(entry, loop)
+            if not defaults:
+                continue
             flags = ", ".join(
                 f"`{flag('arch', k)} {command_line_value(v)}`" for k, v in defaults.items()
             )

@@ -1,11 +1,13 @@
 """Environment-family presets: defaults that suit an agent on a family of environments.
 
 An agent's :class:`~podracer.agents.AgentSpec` declares its presets by family name
-(``presets={"mujoco": {"agent": {...}, "sebulba": {...}}}``); the families are defined once
-here, by the environment ids they match. The command line applies the preset of the family an
-``--env`` belongs to *under* everything the user gives (a config file, then flags), and prints
-which one it applied; a library user passes the values to the configs directly
-(:func:`preset_for` returns them).
+(``presets={"mujoco": {"agent": {...}, "loop": {"envs": 8, "rollout_len": 256}}}``: the loop's
+sizes loop-neutral, :data:`podracer.loops.SIZES`, which each loop maps to its own fields; a
+section under a loop's name, ``"anakin": {...}``, applies to that loop alone); the families are
+defined once here, by the environment ids they match. The command line applies the preset of
+the family an ``--env`` belongs to *under* everything the user gives (a config file, then
+flags), and prints which one it applied; a library user passes the values to the configs
+directly (:func:`preset_for` returns them).
 """
 
 from __future__ import annotations
@@ -86,15 +88,21 @@ def family_of(env_id: str) -> str | None:
     return None
 
 
-def preset_for(agent_spec, env_id: str, loop_name: str) -> Preset | None:
+def preset_for(agent_spec, env_id: str, loop) -> Preset | None:
     """The preset ``agent_spec`` declares for ``env_id``'s family, with the values for the loop
-    ``loop_name``; None when there is none."""
+    ``loop`` (a :class:`~podracer.loops.Loop` or its name) in its config's field names
+    (:func:`podracer.loops.loop_values`); None when there is none."""
+    from podracer import loops
+
     family = family_of(env_id)
     presets = getattr(agent_spec, "presets", {}) or {}
     if family is None or family not in presets:
         return None
     entry = presets[family]
-    return Preset(family, dict(entry.get("agent", {})), dict(entry.get(loop_name, {})))
+    sizes = {k: v for k, v in entry.items() if k not in ("agent", "loop")}
+    where = f"{agent_spec.name}: presets[{family!r}]"
+    loop_part = loops.loop_values({**entry.get("loop", {}), **sizes}, loop, where)
+    return Preset(family, dict(entry.get("agent", {})), loop_part)
 
 
 def describe(preset: Preset, agent_name: str, env_id: str) -> str:

@@ -97,8 +97,14 @@ class RunSpec:
     population: Any = None  # a PopulationConfig: tournament-based ensemble training (Anakin)
     # --env-param, --env-observe: the options every environment of the run is built with
     env_options: EnvOptions = dataclasses.field(default_factory=EnvOptions)
+    # The AgentSpec ``agent`` names, resolved once (here when not given) and carried along:
+    # building, sweeping and checking a grid read it, never the registry again. Not saved:
+    # config.json keeps the name.
+    agent_spec: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
+        if self.agent_spec is None:
+            object.__setattr__(self, "agent_spec", agents.get(self.agent))
         if not isinstance(self.env_options, EnvOptions):
             object.__setattr__(self, "env_options", as_options(self.env_options))
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
@@ -173,6 +179,7 @@ def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
     return RunSpec(
         arch=arch,
         agent=agent,
+        agent_spec=agent_spec,
         env=data["env"],
         seed=int(data.get("seed", 0)),
         total_timesteps=int(data["total_timesteps"]),
@@ -301,7 +308,7 @@ def default_run_dir(spec: RunSpec, root: str = "runs", kind: str | None = None) 
     return os.path.join(root, f"{env}-{agent}-{kind}-{stamp}")
 
 
-class _Hooks:
+class _Hooks(loops.RunHooks):
     """Periodic evaluation and checkpoints between calls (:class:`podracer.loops.RunHooks`)."""
 
     def __init__(self, spec: RunSpec, checkpointer, logger, evaluate, steps_per_update, start):
@@ -357,7 +364,7 @@ class _Hooks:
     def save(self, state, updates: int, eval_return=None) -> None:
         if updates == self.start:
             return  # nothing new since the checkpoint this run started from
-        if self.options.check_finite and not params_finite(getattr(state, "learner", state).params):
+        if self.options.check_finite and not params_finite(state.learner.params):
             raise Diverged(
                 f"the run diverged: the parameters after update {updates} are not finite"
                 f"{self._nothing_saved()}"
@@ -452,7 +459,7 @@ def build_system(spec: RunSpec, devices=None) -> loops.System:
     """The system of a spec, through the loop registry: a population's when
     ``spec.population`` is set; its environments have ``spec.env_options``."""
     loop = loops.get(spec.arch)
-    agent_spec = agents.get(spec.agent)
+    agent_spec = spec.agent_spec
     if spec.population is not None:
         from podracer import population
 

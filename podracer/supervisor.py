@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
 
 from podracer import parallel
 
@@ -34,21 +33,23 @@ FATAL = ("Terminating process because the JAX distributed service", "*** Check f
 LEADER_GONE = ("Failed to send RPC to coordination service", "leader task")
 
 
-def _setup(argv: Sequence[str]) -> parallel.ProcessSetup:
+def _setup(argv) -> parallel.ProcessSetup:
     from podracer import cli
 
     return cli.process_setup(argv)
 
 
-def wanted(argv: Sequence[str]) -> bool:
-    """Whether ``podracer train ARGV`` from the command line runs under a supervisor: a process
-    of a multi-process run that is not (or may not be) process 0, not already supervised, and
-    not a dry run or a help."""
+def wanted(argv) -> bool:
+    """Whether ``podracer train ARGV`` from the command line (or its parsed
+    :class:`~podracer.cli.TrainArgs`) runs under a supervisor: a process of a multi-process run
+    that is not (or may not be) process 0, not already supervised, and not a dry run or a
+    help."""
     from podracer import cli
 
-    if os.environ.get(SUPERVISED) or cli._dry_run(argv)[0] or {"-h", "--help"} & set(argv):
+    args = cli.parse_selectors(argv)
+    if os.environ.get(SUPERVISED) or args.selectors.dry_run or args.selectors.help:
         return False
-    setup = _setup(argv)
+    setup = _setup(args)
     return setup.distributed and setup.process_id != 0
 
 
@@ -111,12 +112,15 @@ def _dies_with_parent():
     return dies_with_parent
 
 
-def run(argv: Sequence[str]) -> int:
-    """Runs ``podracer train ARGV`` as a child process (see the module docstring); returns the
-    exit status for this process."""
-    setup = _setup(argv)
+def run(argv) -> int:
+    """Runs ``podracer train ARGV`` (a list, or its parsed :class:`~podracer.cli.TrainArgs`) as
+    a child process (see the module docstring); returns the exit status for this process."""
+    from podracer import cli
+
+    args = cli.parse_selectors(argv)
+    setup = _setup(args)
     child = subprocess.Popen(
-        [sys.executable, "-m", "podracer.cli", "train", *argv],
+        [sys.executable, "-m", "podracer.cli", "train", *args.argv],
         env={**os.environ, SUPERVISED: "1", "PYTHONUNBUFFERED": "1"},
         stderr=subprocess.PIPE,
         text=True,

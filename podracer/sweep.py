@@ -127,10 +127,10 @@ def first_system(spec, grid: Grid):
     Returns:
       A built :class:`podracer.loops.System` (nothing compiled).
     """
-    from podracer import agents, loops, runs
+    from podracer import loops, runs
 
     loop = loops.get(spec.arch)
-    agent_spec = agents.get(spec.agent)
+    agent_spec = spec.agent_spec
     check_grid(agent_spec, spec.agent_config, grid)
     if not loop.members_in_one_program:
         first = grid.combinations()[0]
@@ -191,9 +191,9 @@ def table(grid: Grid, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def sweep_in_turn(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[dict]:
     """The grid as runs one after another, each in ``run_dir/member-<i>``."""
-    from podracer import agents, runs
+    from podracer import runs
 
-    check_grid(agents.get(spec.agent), spec.agent_config, grid)
+    check_grid(spec.agent_spec, spec.agent_config, grid)
     rows = []
     for i, (combo, s) in enumerate(itertools.product(grid.combinations(), range(grid.seeds))):
         member = dataclasses.replace(
@@ -239,11 +239,11 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
     row per combination."""
     import json
 
-    from podracer import agents, loops, runs
+    from podracer import loops, runs
     from podracer.rundir import RESULTS_FILE
 
     loop = loops.get(spec.arch)
-    check_grid(agents.get(spec.agent), spec.agent_config, grid)
+    check_grid(spec.agent_spec, spec.agent_config, grid)
     if loop.members_in_one_program:
         system = first_system(spec, grid)  # built before anything is written: a bad id fails
         runs.save_spec(

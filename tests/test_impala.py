@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from podracer import agents, envs
+from podracer import agents, envs, loops
 from podracer.agents import IMPALAConfig
 from podracer.anakin import AnakinConfig, train
 from podracer.config import ConfigError
@@ -171,8 +171,9 @@ def test_minibatches_are_whole_sequences(one_device):
 def test_registered_with_its_defaults():
     entry = agents.get("impala")
     assert entry.config_cls is IMPALAConfig and entry.default_env == "gymnax:CartPole-v1"
-    assert entry.loop_defaults == {"anakin": {"num_envs": 16, "rollout_len": 32}}
-    AnakinConfig(**entry.loop_defaults["anakin"])
+    assert loops.loop_defaults(entry, "anakin") == {"num_envs": 16, "rollout_len": 32}
+    assert loops.loop_defaults(entry, "sebulba") == {}  # tuned on Anakin only
+    AnakinConfig(**loops.loop_defaults(entry, "anakin"))
 
 
 def test_image_torso_acts_on_uint8_frames():

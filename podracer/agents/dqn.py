@@ -360,10 +360,7 @@ SPEC = AgentSpec(
     make_agent=make_agent,
     make_optimizer=make_optimizer,
     default_env="gymnax:CartPole-v1",
-    loop_defaults={
-        "anakin": {"num_envs": 16, "rollout_len": 8},
-        "sebulba": {"envs_per_actor": 16, "rollout_len": 8},
-    },
+    loop_defaults={"envs": 16, "rollout_len": 8},
     search_space={
         "lr": Space(1e-6, 1e-1, log=True),
         "gamma": Space(0.8, 0.9999),

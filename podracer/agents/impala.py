@@ -250,7 +250,7 @@ SPEC = AgentSpec(
     make_agent=make_agent,
     make_optimizer=make_optimizer,
     default_env="gymnax:CartPole-v1",
-    loop_defaults={"anakin": {"num_envs": 16, "rollout_len": 32}},
+    loop_defaults={"anakin": {"envs": 16, "rollout_len": 32}},  # tuned on Anakin only
     presets={
         family: {
             "agent": {

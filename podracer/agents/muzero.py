@@ -707,10 +707,7 @@ SPEC = AgentSpec(
     make_agent=make_agent,
     make_optimizer=make_optimizer,
     default_env="catch",
-    loop_defaults={
-        "anakin": {"num_envs": 16, "rollout_len": 8},
-        "sebulba": {"envs_per_actor": 16, "rollout_len": 8},
-    },
+    loop_defaults={"envs": 16, "rollout_len": 8},
     search_space={
         "lr": Space(1e-5, 1e-2, log=True),
         "gamma": Space(0.8, 0.9999),

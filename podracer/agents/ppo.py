@@ -277,8 +277,7 @@ SPEC = AgentSpec(
                 "normalize_observations": True,
                 "normalize_rewards": True,
             },
-            "anakin": {"num_envs": 16, "rollout_len": 128},
-            "sebulba": {"envs_per_actor": 16, "rollout_len": 128},
+            "loop": {"envs": 16, "rollout_len": 128},
         },
         # CleanRL's continuous PPO (ppo_continuous_action.py): 2048 steps per update in 32
         # minibatches, 10 epochs, no entropy bonus, observations and rewards normalised.
@@ -291,7 +290,7 @@ SPEC = AgentSpec(
                 "normalize_observations": True,
                 "normalize_rewards": True,
             },
-            "sebulba": {"envs_per_actor": 8, "rollout_len": 256},
+            "loop": {"envs": 8, "rollout_len": 256},
         },
         # Stock trading (podracer.envs.trading): 2048 steps per update, observations (prices,
         # positions, indicators) and rewards (changes of value) normalised. Tuned here on
@@ -305,8 +304,7 @@ SPEC = AgentSpec(
                 "normalize_observations": True,
                 "normalize_rewards": True,
             },
-            "anakin": {"num_envs": 32, "rollout_len": 64},
-            "sebulba": {"envs_per_actor": 32, "rollout_len": 64},
+            "loop": {"envs": 32, "rollout_len": 64},
         },
         # Brax's PPO for locomotion, sized down: 4096 steps per update.
         "brax": {
@@ -319,7 +317,7 @@ SPEC = AgentSpec(
                 "normalize_observations": True,
                 "normalize_rewards": True,
             },
-            "anakin": {"num_envs": 128, "rollout_len": 32},
+            "anakin": {"envs": 128, "rollout_len": 32},  # sized for Brax on Anakin
         },
         # MuJoCo Playground (its DM Control Suite and locomotion on MJX): Playground's own PPO
         # for the Control Suite (mujoco_playground/config/dm_control_suite_params.py: lr 1e-3,
@@ -337,8 +335,7 @@ SPEC = AgentSpec(
                 "normalize_observations": True,
                 "normalize_rewards": True,
             },
-            "anakin": {"num_envs": 64, "rollout_len": 32},
-            "sebulba": {"envs_per_actor": 64, "rollout_len": 32},
+            "loop": {"envs": 64, "rollout_len": 32},
         },
         # The Craftax paper's PPO baseline (Matthews et al., 2024: lr 2e-4, GAE lambda 0.8,
         # 4 epochs of 8 minibatches, entropy 0.01, gradients clipped at 1, 64-step rollouts),
@@ -354,8 +351,7 @@ SPEC = AgentSpec(
                 "max_grad_norm": 1.0,
                 "hidden_sizes": (256, 256),
             },
-            "anakin": {"num_envs": 64, "rollout_len": 64},
-            "sebulba": {"envs_per_actor": 64, "rollout_len": 64},
+            "loop": {"envs": 64, "rollout_len": 64},
         },
         # Jumanji's Snake (jumanji:Snake-v1): the family "snake", jumanji:Snake-*, which must come
         # before "jumanji" in podracer/presets.py's FAMILIES (until it does, this preset is not
@@ -380,8 +376,7 @@ SPEC = AgentSpec(
                 "leaf_torsos": ("grid=minatar_cnn",),
                 "channels_first": False,
             },
-            "anakin": {"num_envs": 16, "rollout_len": 64},
-            "sebulba": {"envs_per_actor": 16, "rollout_len": 64},
+            "loop": {"envs": 16, "rollout_len": 64},
         },
     },
     search_space={

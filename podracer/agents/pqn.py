@@ -195,10 +195,7 @@ SPEC = AgentSpec(
     make_agent=make_agent,
     make_optimizer=make_optimizer,
     default_env="gymnax:CartPole-v1",
-    loop_defaults={
-        "anakin": {"num_envs": 32, "rollout_len": 64},
-        "sebulba": {"envs_per_actor": 32, "rollout_len": 64},
-    },
+    loop_defaults={"envs": 32, "rollout_len": 64},
     search_space={
         "lr": Space(1e-6, 1e-1, log=True),
         "gamma": Space(0.8, 0.9999),
@@ -219,7 +216,7 @@ SPEC = AgentSpec(
                 "num_minibatches": 32,
                 "epsilon_decay": 0.1,
             },
-            "anakin": {"num_envs": 128, "rollout_len": 32},
+            "anakin": {"envs": 128, "rollout_len": 32},  # measured on Anakin only
         },
     },
 )

@@ -160,7 +160,7 @@ SPEC = AgentSpec(
     make_optimizer=make_optimizer,
     # The Podracer paper's Catch demo: 128 environments, rollouts of 16 steps.
     default_env="catch",
-    loop_defaults={"anakin": {"num_envs": 128, "rollout_len": 16}},
+    loop_defaults={"anakin": {"envs": 128, "rollout_len": 16}},  # the demo is Anakin's
     search_space={
         "lr": Space(1e-6, 1e-1, log=True),
         "gamma": Space(0.8, 0.9999),

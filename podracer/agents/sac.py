@@ -273,10 +273,7 @@ SPEC = AgentSpec(
     make_agent=make_agent,
     make_optimizer=make_optimizer,
     default_env="gymnax:Pendulum-v1",
-    loop_defaults={
-        "anakin": {"num_envs": 4, "rollout_len": 4},
-        "sebulba": {"envs_per_actor": 4, "rollout_len": 4},
-    },
+    loop_defaults={"envs": 4, "rollout_len": 4},
     search_space={
         "lr": Space(1e-5, 1e-2, log=True),
         "gamma": Space(0.8, 0.9999),
@@ -292,8 +289,7 @@ SPEC = AgentSpec(
         # weight's 1.7 after 1.5e5 steps, 3.1K steps/s on 2 CPU cores (docs/trading.md).
         "trading": {
             "agent": {"hidden_sizes": (128, 128), "replay_ratio": 0.0625, "batch_size": 256},
-            "anakin": {"num_envs": 64, "rollout_len": 8},
-            "sebulba": {"envs_per_actor": 64, "rollout_len": 8},
+            "loop": {"envs": 64, "rollout_len": 8},
         },
     },
 )

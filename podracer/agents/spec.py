@@ -68,15 +68,21 @@ class AgentSpec(NamedTuple):
     - ``make_optimizer(config, num_updates) -> optax transformation``;
     - ``default_env``: the environment id used when none is given (Anakin; Sebulba's default is
       the loop's own);
-    - ``loop_defaults``: ``{loop name: {field: value}}``, loop sizes that suit the agent;
+    - ``loop_defaults``: loop sizes that suit the agent, loop-neutral
+      (``{"envs": 16, "rollout_len": 128}``, :data:`podracer.loops.SIZES`: each loop maps
+      them to its own config fields); a section under a loop's name (``{"anakin": {...}}``)
+      applies to that loop alone, its keys neutral sizes or that loop's own fields
+      (:func:`podracer.loops.loop_values`);
     - ``search_space``: ``{field: Space}`` of the config fields that may be traced (used only in
       ``jnp`` / ``optax`` arithmetic): the sweepable fields and a population's hyper-parameters;
     - ``make_learner(agent, optimizer, config, **layout) -> Learner``: the learner core it
       trains with (default: :func:`epochs_learner`, epochs of minibatches, or replay for an
       agent that asks for one in ``Agent.replay``);
-    - ``presets``: ``{family: {"agent": {field: value}, loop name: {field: value}}}``, defaults
+    - ``presets``: ``{family: {"agent": {field: value}, "loop": {size: value}}}``, defaults
       for an environment family of :data:`podracer.presets.FAMILIES` (``"mujoco"``,
-      ``"brax"``, ...), which the command line applies under the user's values.
+      ``"brax"``, ...), which the command line applies under the user's values; ``"loop"``
+      holds loop-neutral sizes, as ``loop_defaults`` does, and a section under a loop's name
+      applies to that loop alone.
     """
 
     name: str
@@ -84,10 +90,10 @@ class AgentSpec(NamedTuple):
     make_agent: Callable[[Any, ActionSpec], Agent]
     make_optimizer: Callable[[Any, int], optax.GradientTransformation]
     default_env: str = "gymnax:CartPole-v1"
-    loop_defaults: Mapping[str, Mapping[str, Any]] = {}
+    loop_defaults: Mapping[str, Any] = {}
     search_space: Mapping[str, Space] = {}
     make_learner: Callable[..., Learner] = epochs_learner
-    presets: Mapping[str, Mapping[str, Mapping[str, Any]]] = {}
+    presets: Mapping[str, Mapping[str, Any]] = {}
 
     def build(
         self,

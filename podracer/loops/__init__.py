@@ -13,15 +13,16 @@ command line only ever do this::
     evaluate = system.evaluator(seed=..., episodes=..., greedy=...)
 
 and never look inside a system. ``RunResult`` (:mod:`podracer.loops.common`) is the one
-result type. A system builds every environment with the recipe's
-:class:`~podracer.envs.EnvOptions` (``recipe.make_env()`` for a JAX environment,
-:func:`podracer.host_envs.make` with ``recipe.env_options`` for a host one).
+result type. A system builds every environment through the recipe's
+:class:`~podracer.loops.recipe.EnvFactory` (the id and its :class:`~podracer.envs.EnvOptions`,
+made once): ``recipe.make_env()``, the one JAX environment of the run, built once;
+``recipe.envs.host(...)`` for a host one, each its own.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -32,7 +33,7 @@ from podracer.config import ConfigValueError
 from podracer.envs.options import EnvOptions
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.layout import LearnerLayout, LearnerLayoutFields, learner_layout
-from podracer.loops.recipe import Recipe, make_recipe
+from podracer.loops.recipe import EnvFactory, Recipe, make_recipe
 from podracer.types import EnvSpec
 
 
@@ -70,15 +71,17 @@ class Loop(NamedTuple):
 
     - ``name``: the ``--arch`` name; ``config_cls``: its frozen config dataclass (``--arch.FIELD``);
     - ``default_env(agent_spec) -> env id`` when none is given;
-    - ``probe(env_id, config, seed, env_options) -> EnvSpec``: the specs of the environment
-      built with the run's :class:`~podracer.envs.EnvOptions`, by the factory the loop's
-      systems use (an unknown id or option fails);
+    - ``probe(env_factory, config, seed) -> EnvSpec``: the specs of the environment the run's
+      :class:`~podracer.loops.recipe.EnvFactory` (id and options) builds, as the loop's systems
+      build theirs (an unknown id or option fails);
     - ``steps_per_update(config)``: environment steps per update and member, every process;
     - ``build(recipe, config, *, devices, members, periodic) -> System``;
     - ``members_in_one_program``: sweeps and populations run their members as one program
       (Anakin's and Sebulba's ``num_seeds``); otherwise a sweep runs them in turn and a
       population is refused;
     - ``with_members(config, n)``: the config that runs ``n`` members;
+    - ``sizes``: ``{neutral size: config field}`` for the loop-neutral sizes (:data:`SIZES`)
+      an agent's ``loop_defaults`` and presets give (:func:`loop_values`);
     - ``place_members(config, recipe) -> (config, devices)``: where the members run when
       :func:`podracer.parallel.use_cpu_cores` gave a CPU one device per core and no devices are
       given (:func:`podracer.parallel.spread_members`): Anakin puts them on as many cores as
@@ -89,12 +92,75 @@ class Loop(NamedTuple):
     name: str
     config_cls: type
     default_env: Callable[[Any], str]
-    probe: Callable[[str, Any, int, EnvOptions], EnvSpec]
+    probe: Callable[[EnvFactory, Any, int], EnvSpec]
     steps_per_update: Callable[[Any], int]
     build: Callable[..., System]
     members_in_one_program: bool = False
     with_members: Callable[[Any, int], Any] | None = None
     place_members: Callable[..., tuple[Any, Sequence[jax.Device] | None]] | None = None
+    sizes: Mapping[str, str] = {}
+
+
+SIZES = ("envs", "rollout_len")
+"""The loop-neutral sizes an agent's ``loop_defaults`` and presets set: ``envs``, the
+environments a member steps in one batch (Anakin's ``num_envs`` over all its devices, each
+Sebulba actor's ``envs_per_actor``), and ``rollout_len``, the steps of each environment between
+two updates. Each loop maps them to its config's fields (:attr:`Loop.sizes`)."""
+
+
+def loop_values(values: Mapping[str, Any], loop: Loop | str, where: str = "loop_defaults"):
+    """``values`` for ``loop``'s config, in its field names.
+
+    ``values`` holds loop-neutral sizes (:data:`SIZES`) for every loop, and may hold a section
+    per loop name, ``{"anakin": {...}}``, for that loop alone (which wins over the neutral
+    ones); a section's keys are neutral sizes or the loop's own config fields. A loop without a
+    mapping for a neutral size (``Loop.sizes``) gets none.
+
+    Args:
+      values: an agent's ``loop_defaults``, or the loop part of a preset.
+      loop: a :class:`Loop` or its name.
+      where: what ``values`` are, for errors.
+
+    Returns:
+      ``{config field: value}`` for ``loop``.
+
+    Raises:
+      ConfigValueError: a key that is neither a neutral size nor a loop's section.
+    """
+    loop = get(loop) if isinstance(loop, str) else loop
+    out: dict[str, Any] = {}
+    section: Mapping[str, Any] = {}
+    for key, value in values.items():
+        if key in SIZES:
+            if key in loop.sizes:
+                out[loop.sizes[key]] = value
+        elif isinstance(value, Mapping):
+            if key == loop.name:
+                section = value
+        else:
+            raise ConfigValueError(
+                f"{where}[{key!r}]={value!r} is not allowed: give a loop-neutral size "
+                f"({', '.join(SIZES)}) or a mapping for one loop (a loop's name: "
+                f"{', '.join(names())})"
+            )
+    for key, value in section.items():
+        out[loop.sizes.get(key, key) if key in SIZES else key] = value
+    return out
+
+
+def sizes_of(loop: Loop | str, config: Any) -> dict[str, Any]:
+    """The loop-neutral view of ``config``'s sizes (:data:`SIZES` the loop maps), e.g.
+    ``{"envs": 16, "rollout_len": 128}`` of ``AnakinConfig(num_envs=16, rollout_len=128)``
+    and of ``SebulbaConfig(envs_per_actor=16, rollout_len=128)``."""
+    loop = get(loop) if isinstance(loop, str) else loop
+    return {size: getattr(config, field) for size, field in loop.sizes.items()}
+
+
+def loop_defaults(agent_spec, loop: Loop | str) -> dict[str, Any]:
+    """The loop sizes ``agent_spec`` suits, for ``loop``'s config in its field names
+    (:func:`loop_values` of ``agent_spec.loop_defaults``): what ``podracer train`` starts the
+    loop's config from."""
+    return loop_values(agent_spec.loop_defaults, loop, f"{agent_spec.name}: loop_defaults")
 
 
 _BUILT_IN = {"anakin": "podracer.anakin", "sebulba": "podracer.sebulba"}
@@ -266,6 +332,8 @@ def for_config(config: Any) -> Loop:
 
 __all__ = [
     "LOOPS",
+    "SIZES",
+    "EnvFactory",
     "LearnerLayout",
     "LearnerLayoutFields",
     "Loop",
@@ -279,8 +347,11 @@ __all__ = [
     "for_config",
     "get",
     "learner_layout",
+    "loop_defaults",
+    "loop_values",
     "make_recipe",
     "names",
     "register",
+    "sizes_of",
     "train",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +35,10 @@ class RunResult(NamedTuple):
         return jax.device_get(fetch(self.state.learner.params))
 
 
-class RunHooks(Protocol):
-    """Host work between updates (checkpoints, evaluation, the divergence check).
+class RunHooks:
+    """Host work between updates (checkpoints, evaluation, the divergence check): a base class
+    whose methods do nothing, so a loop calls every one of them and a subclass overrides what
+    it needs.
 
     ``interval`` (updates; 0 for none) makes Anakin's calls end at its multiples, so that a hook
     acting every ``interval`` updates sees exactly those states and a run resumed from one of them
@@ -44,19 +46,26 @@ class RunHooks(Protocol):
     after every update, from its learner thread.
 
     ``after_metrics(metrics, first_update)`` gets the learner's metrics of updates
-    ``first_update + 1 ...`` as NumPy (``[members, updates]`` from Anakin, one update's scalars
-    from Sebulba, before that update's ``after_call``; Anakin reports a call's metrics while the
-    next call runs, so a checkpoint of that call may come first).
+    ``first_update + 1 ...`` as NumPy (``[members, updates]`` from both loops; Sebulba's one
+    update at a time, before that update's ``after_call``; Anakin reports a call's metrics while
+    the next call runs, so a checkpoint of that call may come first).
+
+    The ``state`` the hooks get is the loop's, read loop-neutrally: ``state.learner`` (the
+    members' :class:`~podracer.types.LearnerState`, ``[members, ...]``), ``state.hparams``,
+    ``state.periodic``; a checkpoint saves it whole.
     """
 
-    interval: int
+    interval: int = 0
 
-    def after_call(self, state: Any, updates: int, last: bool) -> None: ...
+    def after_call(self, state: Any, updates: int, last: bool) -> None:
+        """After a call of the loop's step that ends with ``updates`` updates done (``last``:
+        the run's last)."""
 
     def after_metrics(self, metrics: dict[str, np.ndarray], first_update: int) -> None:
-        """Optional: a hooks object without it is not called."""
+        """The learner's metrics of updates ``first_update + 1 ...``."""
 
-    def interrupted(self, state: Any, updates: int) -> None: ...
+    def interrupted(self, state: Any, updates: int) -> None:
+        """Ctrl-C (or SIGTERM) stopped the run at ``state``, which holds ``updates`` updates."""
 
 
 class Diverged(RuntimeError):

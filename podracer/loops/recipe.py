@@ -1,17 +1,20 @@
 """The recipe: a run assembled once, from an environment id and its options, an agent config,
 the run's length and the loop's config.
 
-The environment is probed once (its :class:`~podracer.types.EnvSpec`, with the run's
-:class:`~podracer.envs.EnvOptions`), the agent and its optimizer are built once, the update
+The environment factory (:class:`EnvFactory`: the id *and* its
+:class:`~podracer.envs.EnvOptions`) is made once; the environment is probed once through it
+(its :class:`~podracer.types.EnvSpec`), the agent and its optimizer are built once, the update
 counts computed once and the learner's layout chosen once for the backend; every loop, sweep and
-population reads them from here. Every environment of a run has the recipe's options: JAX
-environments come from :meth:`Recipe.make_env`, host environments from
-:func:`podracer.host_envs.make` with ``recipe.env_options`` (Sebulba's ``env_factory``).
+population reads them from here. Every environment of a run comes from the recipe's factory: the
+one JAX environment (:meth:`Recipe.make_env`, built once: the probe's, the rollout's, the
+evaluator's, a population's tournament's), and host environments
+(:meth:`EnvFactory.host`: Sebulba's probe, actors and evaluator, each its own envpool).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -21,7 +24,63 @@ import optax
 from podracer.agents.spec import AgentSpec
 from podracer.envs.options import EnvOptions, as_options
 from podracer.loops.layout import LearnerLayout, learner_layout
-from podracer.types import Agent, Environment, EnvSpec, Learner
+from podracer.types import Agent, Environment, EnvSpec, HostEnvironment, Learner
+
+
+class EnvFactory:
+    """THE environment factory of a run: its id and its :class:`~podracer.envs.EnvOptions`,
+    fixed once.
+
+    - :meth:`make` (also calling the factory): the run's JAX environment
+      (:func:`podracer.envs.make_with_options`), built on the first call; every later call
+      returns that same object (a JAX environment is pure: one serves the probe, the rollout,
+      the evaluator and a population's tournament);
+    - :meth:`host`: a new host environment of ``num_envs`` (:func:`podracer.host_envs.make`)
+      with the same options, each call its own (an envpool holds threads and state: Sebulba's
+      probe builds one and closes it, each actor builds its own).
+    """
+
+    def __init__(self, env_id: str, options: EnvOptions | dict[str, Any] | None = None):
+        self.env_id = env_id
+        self.options = as_options(options)
+        self._env = None
+        self._lock = threading.Lock()
+
+    def make(self) -> Environment:
+        """The run's JAX environment with its options, built once."""
+        with self._lock:
+            if self._env is None:
+                from podracer.envs.options import make_with_options
+
+                self._env = make_with_options(self.env_id, self.options)
+            return self._env
+
+    __call__ = make
+
+    def host(self, **kwargs: Any) -> HostEnvironment:
+        """A new host environment with the options (``kwargs``: :func:`podracer.host_envs.make`'s
+        ``num_envs``, ``batch_size``, ``seed``, ``num_threads``, ``evaluation``)."""
+        from podracer import host_envs
+
+        return host_envs.make(self.env_id, env_options=self.options, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"EnvFactory({self.env_id!r}, {self.options!r})"
+
+
+def as_factory(
+    env: str | EnvFactory, env_options: EnvOptions | dict[str, Any] | None = None
+) -> EnvFactory:
+    """``env`` as an :class:`EnvFactory`: a factory as it is (``env_options`` must then be
+    None), an id with ``env_options``."""
+    if isinstance(env, EnvFactory):
+        if env_options is not None and as_options(env_options) != env.options:
+            raise ValueError(
+                f"as_factory: env_options={env_options!r} differ from the factory's "
+                f"{env.options!r}: give one or the other"
+            )
+        return env
+    return EnvFactory(env, env_options)
 
 
 class Recipe(NamedTuple):
@@ -38,15 +97,22 @@ class Recipe(NamedTuple):
     num_updates: int  # max(1, total_timesteps // steps_per_update)
     layout: LearnerLayout
     env_options: EnvOptions = EnvOptions()  # the environment's parameters and observation mask
+    env_factory: EnvFactory | None = None  # of env_id and env_options, made once (make_recipe)
+
+    @property
+    def envs(self) -> EnvFactory:
+        """The run's :class:`EnvFactory` (one of ``env_id`` and ``env_options`` for a recipe
+        made without one)."""
+        if self.env_factory is None:
+            return EnvFactory(self.env_id, self.env_options)
+        return self.env_factory
 
     def make_env(self) -> Environment:
-        """The run's JAX environment, with its options
-        (:func:`podracer.envs.make_with_options`): Anakin's rollout and evaluator, a
-        population's tournament. (Host environments: :func:`podracer.host_envs.make` with
-        ``env_options=recipe.env_options``, as Sebulba's ``env_factory`` does.)"""
-        from podracer.envs.options import make_with_options
-
-        return make_with_options(self.env_id, self.env_options)
+        """The run's JAX environment, with its options, built once by the recipe's factory
+        (:meth:`EnvFactory.make`): the probe's, Anakin's rollout and evaluator, a population's
+        tournament. (Host environments: :meth:`EnvFactory.host`, as Sebulba's
+        ``env_factory`` builds them.)"""
+        return self.envs.make()
 
     def member(self, hparams: dict[str, Any]) -> tuple[Agent, optax.GradientTransformation]:
         """``(agent, optimizer)`` of a member whose hyper-parameters ``hparams`` (traced scalars
@@ -107,7 +173,7 @@ def _takes(function, keyword: str) -> bool:
 
 def make_recipe(
     loop,
-    env_id: str,
+    env_id: str | EnvFactory,
     agent_spec: AgentSpec,
     agent_config: Any,
     loop_config: Any,
@@ -117,14 +183,14 @@ def make_recipe(
     devices: Sequence[jax.Device] | None = None,
     env_options: EnvOptions | dict[str, Any] | None = None,
 ) -> Recipe:
-    """The :class:`Recipe` of a run on ``loop`` (a :class:`~podracer.loops.Loop`); the probe
-    builds its environment with ``env_options`` (a mapping: their ``params``), as every
-    environment of the run is built.
+    """The :class:`Recipe` of a run on ``loop`` (a :class:`~podracer.loops.Loop`): one
+    :class:`EnvFactory` of ``env_id`` and ``env_options`` (a mapping: their ``params``), which
+    the probe builds its environment with, as every environment of the run is built.
 
     Args:
       loop: the :class:`~podracer.loops.Loop` (its ``probe`` gives the specs, its
         ``steps_per_update`` the update count).
-      env_id: the environment id.
+      env_id: the environment id, or its :class:`EnvFactory` (with the options).
       agent_spec: the agent's :class:`~podracer.agents.AgentSpec`.
       agent_config: that agent's config.
       loop_config: the loop's config.
@@ -139,8 +205,9 @@ def make_recipe(
       The :class:`Recipe`: the probed specs, the agent and optimizer, the update counts and
       the learner layout, built once for the run.
     """
-    env_options = as_options(env_options)
-    env_spec = loop.probe(env_id, loop_config, seed, env_options)
+    factory = as_factory(env_id, env_options)
+    env_id, env_options = factory.env_id, factory.options
+    env_spec = loop.probe(factory, loop_config, seed)
     steps_per_update = loop.steps_per_update(loop_config)
     num_updates = max(1, total_timesteps // steps_per_update)
     agent, optimizer = agent_spec.build(
@@ -158,4 +225,5 @@ def make_recipe(
         num_updates=num_updates,
         layout=learner_layout(agent_config, loop_config, devices),
         env_options=env_options,
+        env_factory=factory,
     )

@@ -10,13 +10,13 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from podracer import host_envs, loops, seeding
+from podracer import loops, seeding
 from podracer.core.learner import one_device
-from podracer.envs.options import EnvOptions, as_options
+from podracer.envs.options import EnvOptions
 from podracer.host_envs.members import side_by_side
 from podracer.loops import Loop
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
-from podracer.loops.recipe import Recipe
+from podracer.loops.recipe import EnvFactory, Recipe, as_factory
 from podracer.sebulba.config import SebulbaConfig
 from podracer.sebulba.system import agent_of, init_state, member_offsets, run
 from podracer.types import EnvSpec, HostEnvironment
@@ -25,15 +25,16 @@ DEFAULT_ENV = "envpool:CartPole-v1"
 
 
 def env_factory(
-    env_id: str,
+    env_id: str | EnvFactory,
     config: SebulbaConfig,
     seed: int,
     env_options: EnvOptions | dict[str, Any] | None = None,
     evaluation: bool = False,
     seed_offsets: Sequence[int] | None = None,
 ) -> Callable[[int], HostEnvironment]:
-    """``make_env(actor_index)``: the host environments of one actor, built by THE factory of
-    host environments (:func:`podracer.host_envs.make`) with the run's ``env_options``
+    """``make_env(actor_index)``: the host environments of one actor, built by the run's
+    :class:`~podracer.loops.recipe.EnvFactory` (:meth:`~podracer.loops.recipe.EnvFactory.host`,
+    :func:`podracer.host_envs.make`) with the run's ``env_options``
     (:class:`~podracer.envs.EnvOptions`; a mapping is their ``params``: an envpool or gymnasium
     environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields),
     ``config.envs_per_actor`` of them for each member, in async mode when
@@ -46,7 +47,8 @@ def env_factory(
 
     Args:
       env_id: a host environment's id (``envpool:...``, ``gymnasium:...``) or a JAX one's
-        (stepped on the host).
+        (stepped on the host), or the run's :class:`~podracer.loops.recipe.EnvFactory` (which
+        holds the options: ``env_options`` is then None).
       config: the loop's config: ``envs_per_actor``, ``async_batch_size``, ``env_threads``.
       seed: the run seed; actor ``i`` seeds its environments from ``seed`` and ``i``.
       env_options: the run's :class:`~podracer.envs.EnvOptions` (or a mapping of its
@@ -57,17 +59,15 @@ def env_factory(
     Returns:
       ``make_env(actor_index) -> HostEnvironment``.
     """
-    env_options = as_options(env_options)
+    factory = as_factory(env_id, env_options)
     offsets = range(config.num_seeds) if seed_offsets is None else seed_offsets
 
     def one_member(actor: int, member_seed: int) -> HostEnvironment:
-        return host_envs.make(
-            env_id,
+        return factory.host(
             num_envs=config.envs_per_actor,
             batch_size=config.async_batch_size or None,
             seed=seeding.env_seed(member_seed, actor),
             num_threads=config.env_threads,
-            env_options=env_options,
             evaluation=evaluation,
         )
 
@@ -91,12 +91,16 @@ def steps_per_update(config: SebulbaConfig) -> int:
 
 
 def probe(
-    env_id: str, config: SebulbaConfig, seed: int, env_options: EnvOptions | None = None
+    env: str | EnvFactory,
+    config: SebulbaConfig,
+    seed: int,
+    env_options: EnvOptions | None = None,
 ) -> EnvSpec:
-    """The specs of a host environment of ``env_id`` with the run's ``env_options``, built as
-    the actors build theirs (:func:`env_factory`; one is built and closed: an unknown id or
-    option fails here, in the caller's thread)."""
-    env = env_factory(env_id, config, seed, env_options, seed_offsets=(0,))(-1)
+    """The specs of a host environment of the run's :class:`~podracer.loops.recipe.EnvFactory`
+    (its id and options; an id is taken with ``env_options``), built as the actors build theirs
+    (:func:`env_factory`; one is built and closed: an unknown id or option fails here, in the
+    caller's thread)."""
+    env = env_factory(as_factory(env, env_options), config, seed, seed_offsets=(0,))(-1)
     try:
         return EnvSpec(env.observation_spec, env.action_spec)
     finally:
@@ -129,10 +133,9 @@ class SebulbaSystem(NamedTuple):
 
     def _make_env(self, seed: int):
         return env_factory(
-            self.recipe.env_id,
+            self.recipe.envs,
             self.config,
             seed,
-            self.recipe.env_options,
             seed_offsets=member_offsets(self.config, self.members),
         )
 
@@ -179,10 +182,9 @@ class SebulbaSystem(NamedTuple):
             rows = []
             for p, offset in enumerate(offsets):
                 make_env = env_factory(
-                    self.recipe.env_id,
+                    self.recipe.envs,
                     config,
                     seed + seeding.EVAL_SEED_OFFSET,
-                    self.recipe.env_options,
                     evaluation=True,
                     seed_offsets=(int(offset),),
                 )
@@ -230,6 +232,7 @@ LOOP = Loop(
     build=build_system,
     members_in_one_program=True,
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
+    sizes={"envs": "envs_per_actor", "rollout_len": "rollout_len"},
 )
 
 
