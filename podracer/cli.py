@@ -553,8 +553,10 @@ def train_dry_run(argv: Sequence[str]) -> dict:
 
 
 def train(argv: Sequence[str]) -> dict:
-    from podracer import parallel, runs
+    from podracer import elastic, parallel, runs
 
+    if elastic.wanted(argv):  # --pods, --cluster: the elastic tournament on Ray
+        return elastic.train_cli(argv)
     if _dry_run(argv)[0]:
         return train_dry_run(argv)
     _check_run_dir(argv)
