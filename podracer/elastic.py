@@ -93,6 +93,9 @@ class ElasticConfig:
     """CPU cores of a local Ray (``cluster="ray"``; default: every core)."""
     report_timeout_s: float = 120.0
     """Seconds a pod waits for the leaderboard's answer."""
+    temp_dir: str | None = None
+    """Ray's temporary directory of a local Ray (default: Ray's, /tmp/ray); keep it short, Ray
+    puts its sockets there."""
 
     def __post_init__(self):
         if self.pods != "auto" and not (isinstance(self.pods, int) and self.pods >= 1):
@@ -173,6 +176,7 @@ def pod_row(
     scores: Sequence[float | None],
     hparams: Sequence[dict[str, float]],
     lineage: Sequence[dict[str, Any]],
+    checksums: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """The ``"leaderboard"`` row of one pod report, before the tournament (``replaced`` empty).
 
@@ -200,6 +204,8 @@ def pod_row(
                 "copies": int(line["copies"]),
             }
         )
+        if checksums is not None:  # the member's params, summed (checks a reloaded checkpoint)
+            members[-1]["params_checksum"] = float(checksums[i])
     finite = values[np.isfinite(values)]
     return {
         "kind": "leaderboard",
@@ -516,6 +522,39 @@ def member_state(learner, i: int):
     return jax.device_get(to_raw(jax.tree.map(lambda x: x[i], parts)))
 
 
+def checksum(params) -> float:
+    """The sum of every parameter in float64 (:func:`podracer.loops.common.params_checksum` of
+    one member, on host)."""
+    import jax
+
+    return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(params)))
+
+
+def member_template(spec, members: int):
+    """A member's learner state as raw NumPy, the template to restore a top checkpoint into
+    (:func:`load_member`)."""
+    system = pod_system(spec, 0, members)
+    return member_state(system.init(spec.seed).learner, 0)
+
+
+def load_best(run_dir: str):
+    """``(state, meta)`` of the best member the leaderboard kept (``top.json``'s first), its
+    learner state shaped like the run's members."""
+    from podracer.runs import load_spec
+
+    with open(os.path.join(run_dir, TOP_DIR, TOP_FILE)) as f:
+        top = json.load(f)
+    if not top:
+        raise ConfigError(f"{run_dir}: the leaderboard kept no member yet (top/top.json empty)")
+    spec = load_spec(run_dir)
+    with open(os.path.join(run_dir, ELASTIC_FILE)) as f:
+        members = json.load(f)["pods"][0]["members"]
+    name = top[0]["name"]
+    return load_member(run_dir, name, member_template(spec, members)), load_member_meta(
+        run_dir, name
+    )
+
+
 def save_member(run_dir: str, name: str, state: Any, row: dict[str, Any], score: float) -> None:
     """One member's learner state as an orbax checkpoint under ``top/<name>``."""
     from podracer.checkpoint import Checkpointer
@@ -763,8 +802,9 @@ class Pod:
                 hparams = [
                     m["hparams"] for m in sorted(record["members"], key=lambda m: m["member"])
                 ]
-                row = pod_row(self.pod, updates, spu, record["scores"], hparams, lineage)
                 states = [member_state(state.learner, i) for i in range(self.members)]
+                sums = [checksum(s["params"]) for s in states]
+                row = pod_row(self.pod, updates, spu, record["scores"], hparams, lineage, sums)
                 answer = self._call("report", row, states, template)
                 reports += 1
                 state = replace_members(state, answer["replaced"])
@@ -803,14 +843,14 @@ class PodHandle:
         self.done = False
 
 
-def connect(config: ElasticConfig, ray, temp_dir: str | None = None) -> float:
+def connect(config: ElasticConfig, ray) -> float:
     """Starts a local Ray or joins the cluster at ``config.cluster``; returns the seconds it took.
     An address that does not answer within ``connect_timeout_s`` is a one-line error."""
     t0 = time.perf_counter()
     kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     if config.cluster == "ray":
-        if temp_dir is not None:
-            kwargs["_temp_dir"] = temp_dir
+        if config.temp_dir is not None:
+            kwargs["_temp_dir"] = os.path.abspath(config.temp_dir)
         ray.init(num_cpus=config.num_cpus, **kwargs)
     else:
         host, port = parse_address(config.cluster)
@@ -853,23 +893,19 @@ class Driver:
         self.events.append(record)
         print(f"podracer elastic: {json.dumps(record)}", file=sys.stderr, flush=True)
 
-    def _pod_class(self):
-        ray = self.ray
-        return ray.remote(Pod).options(
-            num_cpus=self.config.cpus_per_pod,
-            num_gpus=self.config.gpus_per_pod,
-            max_restarts=self.config.max_restarts,
-            max_task_retries=0,
-        )
-
     def start_pod(self, pod: int, members: int, node: str | None, join: bool) -> PodHandle:
-        options = {}
+        options = {
+            "num_cpus": self.config.cpus_per_pod,
+            "num_gpus": self.config.gpus_per_pod,
+            "max_restarts": self.config.max_restarts,
+            "max_task_retries": 0,
+        }
         if node is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         actor = (
-            self._pod_class()
+            self.ray.remote(Pod)
             .options(**options)
             .remote(
                 self.run_dir,
@@ -991,6 +1027,7 @@ class Driver:
                     self._failed(p, error)
                 else:
                     p.done = True
+                    result.pop("pod", None)
                     self.log("end", p, status="finished", **result)
             now = time.monotonic()
             for p in live:
@@ -1034,7 +1071,6 @@ def train(
     config: ElasticConfig,
     *,
     resume: bool = False,
-    temp_dir: str | None = None,
 ) -> dict[str, Any]:
     """An elastic tournament of ``spec`` (a RunSpec with a population) in ``run_dir``; returns
     the summary (the final JSON line: the scores over every member's latest report)."""
@@ -1052,7 +1088,7 @@ def train(
         os.makedirs(run_dir, exist_ok=True)
         runs.save_spec(run_dir, spec)
     started = time.perf_counter()
-    ray_s = connect(config, ray, temp_dir)
+    ray_s = connect(config, ray)
     try:
         driver = Driver(spec, run_dir, config, ray, resume=resume)
         summary = driver.run()
@@ -1106,12 +1142,42 @@ def _without(argv: list[str], flags: Sequence[str]) -> list[str]:
     return out
 
 
+def _elastic_fields(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``--elastic.FIELD VALUE`` (or ``=VALUE``) flags as ElasticConfig fields, and the rest."""
+    types = {f.name: f.type for f in dataclasses.fields(ElasticConfig)}
+    fields, rest, i = {}, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("--elastic."):
+            rest.append(a)
+            i += 1
+            continue
+        name, eq, value = a[len("--elastic.") :].partition("=")
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+            i += 1
+        i += 1
+        name = name.replace("-", "_")
+        if name not in types or name in ("pods", "cluster"):
+            allowed = ", ".join(n for n in types if n not in ("pods", "cluster"))
+            raise ConfigError(f"--elastic.{name} is not allowed: the fields are {allowed}")
+        kind = str if "str" in str(types[name]) else int if "int" in str(types[name]) else float
+        try:
+            fields[name] = kind(value)
+        except ValueError:
+            raise ConfigError(
+                f"--elastic.{name}={value!r} is not allowed: give a number ({kind.__name__})"
+            ) from None
+    return fields, rest
+
+
 def train_cli(argv: Sequence[str]) -> dict[str, Any]:
     """``podracer train ... --population P --pods N|auto --cluster ray|HOST:PORT`` and
     ``podracer train --resume RUN_DIR`` of an elastic run; prints the final JSON line."""
     from podracer import cli, runs
 
     argv = list(argv)
+    fields, argv = _elastic_fields(argv)
     pods = _value(argv, "--pods")
     cluster = _value(argv, "--cluster")
     resume = _value(argv, "--resume")
@@ -1120,7 +1186,9 @@ def train_cli(argv: Sequence[str]) -> dict[str, Any]:
             saved = json.load(f)["config"]
         if pods is not None or cluster is not None:
             saved.update({k: v for k, v in (("pods", pods), ("cluster", cluster)) if v})
-        config = ElasticConfig(**saved)
+        if isinstance(saved.get("pods"), str) and saved["pods"].isdigit():
+            saved["pods"] = int(saved["pods"])
+        config = ElasticConfig(**{**saved, **fields})
         spec = runs.load_spec(resume)
         total = _value(argv, "--total-timesteps")
         if total is not None:
@@ -1137,7 +1205,7 @@ def train_cli(argv: Sequence[str]) -> dict[str, Any]:
                 raise ConfigError(
                     f"--pods={pods!r} is not allowed: give a number of pods >= 1, or auto"
                 ) from None
-        config = ElasticConfig(pods=pods_value, cluster=cluster or "ray")
+        config = ElasticConfig(pods=pods_value, cluster=cluster or "ray", **fields)
         import_ray()
         spec, selectors = cli.run_spec(_without(argv, ("--pods", "--cluster")))
         if spec.population is None:
