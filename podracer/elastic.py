@@ -999,26 +999,24 @@ class Driver:
             self.log("join", handle, node=node)
 
     def _watch(self, layout: dict[str, Any]) -> None:
+        """Until every pod has finished or been dropped: logs starts, collects ends, restarts
+        failed pods once Ray has brought their actor back, drops those it cannot, and (auto)
+        starts pods on joining nodes. Every wait is bounded (``ray.wait`` with a timeout)."""
         ray = self.ray
         last_poll = 0.0
         while True:
             live = [p for p in self.pods.values() if not p.done]
             if not live:
                 return
-            for p in live:  # starts (and restarts) reported
+            for p in live:
                 if p.info_future is not None:
-                    ready, _ = ray.wait([p.info_future], timeout=0)
-                    if ready:
-                        try:
-                            info = ray.get(p.info_future, timeout=5)
-                            p.node = p.node or info["node"]
-                            self.log("start", p, node=info["node"], pid=info["pid"])
-                            p.waiting_since = None
-                        except Exception:  # the train future reports the failure
-                            pass
-                        p.info_future = None
-            futures = {p.future: p for p in live}
-            ready, _ = ray.wait(list(futures), num_returns=1, timeout=0.5)
+                    self._check_started(p)
+            futures = {p.future: p for p in live if p.future is not None}
+            if futures:
+                ready, _ = ray.wait(list(futures), num_returns=1, timeout=0.25)
+            else:
+                ready = []
+                time.sleep(0.25)
             for future in ready:
                 p = futures[future]
                 try:
@@ -1031,17 +1029,42 @@ class Driver:
                     self.log("end", p, status="finished", **result)
             now = time.monotonic()
             for p in live:
-                waiting = p.waiting_since is not None and not p.done and p.info_future is not None
+                waiting = p.waiting_since is not None and not p.done
                 if waiting and now - p.waiting_since > self.config.restart_timeout_s:
                     self._drop(p, f"not started within {self.config.restart_timeout_s:g} s")
             if self.config.pods == "auto" and now - last_poll > 1.0:
                 last_poll = now
                 self._add_joined(layout)
 
+    def _check_started(self, p: PodHandle) -> None:
+        """A pod's ``info`` answered: it has started (a restart's ``train`` is sent now). While
+        Ray restarts the actor, ``info`` fails as unavailable and is asked again."""
+        ray = self.ray
+        ready, _ = ray.wait([p.info_future], timeout=0)
+        if not ready:
+            return
+        try:
+            info = ray.get(p.info_future, timeout=5)
+        except ray.exceptions.ActorDiedError as error:
+            p.info_future = None
+            if p.future is None:
+                self._drop(p, f"its actor cannot be restarted: {_cause(error)}")
+            return
+        except ray.exceptions.RayActorError:  # restarting: ask again
+            time.sleep(0.1)
+            p.info_future = p.actor.info.remote()
+            return
+        p.info_future = None
+        p.waiting_since = None
+        p.node = p.node or info["node"]
+        self.log("start", p, node=info["node"], pid=info["pid"])
+        if p.future is None:
+            p.future = p.actor.train.remote()
+
     def _failed(self, p: PodHandle, error: BaseException) -> None:
         ray = self.ray
-        cause = _cause(error)
-        self.log("end", p, status="failed", cause=cause)
+        p.future = None
+        self.log("end", p, status="failed", cause=_cause(error))
         if not isinstance(error, ray.exceptions.RayActorError):
             p.done = True  # an error of the pod's own (a bad config): restarting repeats it
             return
@@ -1050,7 +1073,8 @@ class Driver:
             return
         p.attempt += 1
         self.log("restart", p, reason="from its last checkpoint")
-        self._submit(p)
+        p.info_future = p.actor.info.remote()  # train is sent once the actor is back
+        p.waiting_since = time.monotonic()
 
     def _drop(self, p: PodHandle, why: str) -> None:
         p.done = True
