@@ -93,6 +93,10 @@ class ElasticConfig:
     """CPU cores of a local Ray (``cluster="ray"``; default: every core)."""
     report_timeout_s: float = 120.0
     """Seconds a pod waits for the leaderboard's answer."""
+    pod_checkpoint_s: float = 10.0
+    """A pod saves its checkpoint after a report when this many seconds have passed since its
+    last one (0: after every report), and at its end; a restarted pod re-runs the reports since
+    (the leaderboard acknowledges each once)."""
     temp_dir: str | None = None
     """Ray's temporary directory of a local Ray (default: Ray's, /tmp/ray); keep it short, Ray
     puts its sockets there."""
@@ -721,6 +725,7 @@ class Pod:
         join: bool = False,
         cpus: float = 1.0,
         report_timeout_s: float = 120.0,
+        checkpoint_s: float = 0.0,
     ):
         from podracer import parallel
 
@@ -738,6 +743,7 @@ class Pod:
         self.leaderboard = leaderboard
         self.join = join
         self.report_timeout_s = report_timeout_s
+        self.checkpoint_s = checkpoint_s
 
     def info(self) -> dict[str, Any]:
         """Where the pod runs: ``{"pod", "node", "pid", "host"}``."""
@@ -792,6 +798,7 @@ class Pod:
                 replaced_total += len(seeds)
             reports = 0
             updates = start
+            saved_at = time.monotonic()
             while updates < total:
                 end = min(updates + interval, total)
                 segment = system._replace(recipe=system.recipe._replace(total_timesteps=end * spu))
@@ -810,8 +817,10 @@ class Pod:
                 state = replace_members(state, answer["replaced"])
                 lineage = copied_lineage(lineage, answer["replaced"], updates)
                 replaced_total += len(answer["replaced"])
-                meta = {"updates": updates, "lineage": lineage, "pod": self.pod}
-                checkpointer.save(updates, state, meta)
+                if updates == total or time.monotonic() - saved_at >= self.checkpoint_s:
+                    meta = {"updates": updates, "lineage": lineage, "pod": self.pod}
+                    checkpointer.save(updates, state, meta)
+                    saved_at = time.monotonic()
             jax.block_until_ready(state)
         finally:
             checkpointer.close()
@@ -916,6 +925,7 @@ class Driver:
                 join=join,
                 cpus=self.config.cpus_per_pod,
                 report_timeout_s=self.config.report_timeout_s,
+                checkpoint_s=self.config.pod_checkpoint_s,
             )
         )
         handle = PodHandle(pod, actor, members, node, join)

@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -264,6 +265,7 @@ def ray_tmp():
     path = tempfile.mkdtemp(prefix="rt", dir="/tmp")
     yield path
     _kill_ray_processes(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _kill_ray_processes(temp_dir: str) -> None:
@@ -412,6 +414,9 @@ def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp
     assert elastic.checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
 
 
+JOIN_UPDATES = 200
+
+
 @needs_ray
 def test_a_node_that_joins_gets_a_pod_from_the_leaderboard_and_its_removal_is_survived(
     procs, ray_tmp, tmp_path
@@ -420,17 +425,19 @@ def test_a_node_that_joins_gets_a_pod_from_the_leaderboard_and_its_removal_is_su
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "include_dashboard": False, "_temp_dir": ray_tmp},
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "temp_dir": ray_tmp},
     )
     try:
         run_dir = str(tmp_path / "run")
+        config = tmp_path / "population.json"  # pods of 2 members (the other tests' programs)
+        config.write_text(json.dumps({"population": {"size": 2, "fraction": 0.5}}))
         proc = procs.start(
             [
                 *SMALL,
-                "--population",
-                "4",
+                "--config",
+                str(config),
                 "--total-timesteps",
-                str(40 * 32),
+                str(JOIN_UPDATES * 32),
                 "--pods",
                 "auto",
                 "--cluster",
