@@ -342,6 +342,55 @@ def _write_json(path: str, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def population_records(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of an elastic run as a population's leaderboard records over all its members
+    (for :func:`podracer.plotting.plot_population`): after each row, every member's latest
+    score (None before its first report) and hyper-parameters, members numbered in (pod, member)
+    order, copies as ``replaced`` with global ids, ``step`` the furthest so far."""
+    ids = sorted({MemberId(r["pod"], m["member"]) for r in rows for m in r["members"]})
+    index = {i: k for k, i in enumerate(ids)}
+    first: dict[MemberId, dict[str, Any]] = {}
+    for row in rows:
+        for m in row["members"]:
+            first.setdefault(MemberId(row["pod"], m["member"]), m)
+    latest: dict[MemberId, dict[str, Any]] = {}
+    out, step = [], 0
+    for row in rows:
+        for m in row["members"]:
+            latest[MemberId(row["pod"], m["member"])] = m
+        step = max(step, int(row["step"]))
+        members = [
+            {
+                "member": index[i],
+                "score": latest[i]["score"] if i in latest else None,
+                "hparams": (latest.get(i) or first[i])["hparams"],
+            }
+            for i in ids
+        ]
+        replaced = []
+        for r in row["replaced"]:
+            parent = MemberId(r["parent"]["pod"], r["parent"]["member"])
+            if parent in index:
+                replaced.append(
+                    {
+                        "member": index[MemberId(row["pod"], r["member"])],
+                        "parent": index[parent],
+                        "hparams": r["hparams"],
+                    }
+                )
+        out.append(
+            {
+                "kind": "leaderboard",
+                "step": step,
+                "updates": row["updates"],
+                "scores": [m["score"] for m in members],
+                "members": members,
+                "replaced": replaced,
+            }
+        )
+    return out
+
+
 # --- the leaderboard (a Ray actor; a plain class, so it is tested without Ray) ---------------
 
 
@@ -799,6 +848,8 @@ class Pod:
             reports = 0
             updates = start
             saved_at = time.monotonic()
+            report_s = 0.0  # the leaderboard's round trips: the tournament's cost to a pod
+            run_started = time.perf_counter()
             while updates < total:
                 end = min(updates + interval, total)
                 segment = system._replace(recipe=system.recipe._replace(total_timesteps=end * spu))
@@ -812,7 +863,9 @@ class Pod:
                 states = [member_state(state.learner, i) for i in range(self.members)]
                 sums = [checksum(s["params"]) for s in states]
                 row = pod_row(self.pod, updates, spu, record["scores"], hparams, lineage, sums)
+                t0 = time.perf_counter()
                 answer = self._call("report", row, states, template)
+                report_s += time.perf_counter() - t0
                 reports += 1
                 state = replace_members(state, answer["replaced"])
                 lineage = copied_lineage(lineage, answer["replaced"], updates)
@@ -830,6 +883,8 @@ class Pod:
             "start_update": start,
             "reports": reports,
             "replaced": replaced_total,
+            "report_s": report_s / max(reports, 1),
+            "round_s": (time.perf_counter() - run_started) / max(reports, 1),
         }
 
 
@@ -962,6 +1017,8 @@ class Driver:
             pods_finished=sum(e["status"] == "finished" for e in ends),
             pods_dropped=sum(e["status"] == "dropped" for e in ends),
             restarts=sum(e["event"] == "restart" for e in self.events),
+            report_s=_mean([e.get("report_s") for e in ends]),
+            round_s=_mean([e.get("round_s") for e in ends]),
             population=spec.population.size,
             start_s=start_s,
             run_s=time.perf_counter() - t0,
@@ -1091,6 +1148,11 @@ class Driver:
         with contextlib.suppress(Exception):
             self.ray.kill(p.actor, no_restart=True)
         self.log("end", p, status="dropped", cause=why)
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
 
 
 def _cause(error: BaseException) -> str:

@@ -468,3 +468,16 @@ def test_a_node_that_joins_gets_a_pod_from_the_leaderboard_and_its_removal_is_su
         assert summary["pods"] == 2
     finally:
         cluster.shutdown()
+
+
+def test_population_records_number_every_pods_members():
+    line = elastic.initial_lineage(2)
+    hp = [{"lr": 0.1}, {"lr": 0.2}]
+    a = elastic.pod_row(0, 4, 32, [1.0, 2.0], hp, line)
+    b = elastic.pod_row(1, 4, 32, [3.0, 4.0], hp, line)
+    b["replaced"] = [{"member": 0, "parent": {"pod": 0, "member": 1}, "hparams": {"lr": 0.25}}]
+    records = elastic.population_records([a, b])
+    assert records[0]["scores"] == [1.0, 2.0, None, None]
+    assert records[1]["scores"] == [1.0, 2.0, 3.0, 4.0]
+    assert records[1]["replaced"] == [{"member": 2, "parent": 1, "hparams": {"lr": 0.25}}]
+    assert [m["hparams"]["lr"] for m in records[0]["members"]] == [0.1, 0.2, 0.1, 0.2]
