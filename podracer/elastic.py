@@ -83,6 +83,8 @@ class ElasticConfig:
     ``max_restarts``); after that, or where no resources allow one, the pod is dropped."""
     restart_timeout_s: float = 60.0
     """Seconds a failed pod may take to start again before it is dropped."""
+    start_timeout_s: float = 300.0
+    """Seconds a new pod may take to start (a worker process, imports) before it is dropped."""
     connect_timeout_s: float = 20.0
     """Seconds to reach a cluster given as HOST:PORT."""
     cpus_per_pod: float = 1.0
@@ -113,7 +115,12 @@ class ElasticConfig:
                 raise ConfigError(f"ElasticConfig.{name}={getattr(self, name)!r}: must be >= 1")
         if self.max_restarts < 0:
             raise ConfigError(f"ElasticConfig.max_restarts={self.max_restarts!r}: must be >= 0")
-        for name in ("restart_timeout_s", "connect_timeout_s", "report_timeout_s"):
+        for name in (
+            "restart_timeout_s",
+            "start_timeout_s",
+            "connect_timeout_s",
+            "report_timeout_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"ElasticConfig.{name}={getattr(self, name)!r}: must be > 0")
 
@@ -1096,9 +1103,10 @@ class Driver:
                     self.log("end", p, status="finished", **result)
             now = time.monotonic()
             for p in live:
+                limit = self.config.restart_timeout_s if p.attempt else self.config.start_timeout_s
                 waiting = p.waiting_since is not None and not p.done
-                if waiting and now - p.waiting_since > self.config.restart_timeout_s:
-                    self._drop(p, f"not started within {self.config.restart_timeout_s:g} s")
+                if waiting and now - p.waiting_since > limit:
+                    self._drop(p, f"not started within {limit:g} s")
             if self.config.pods == "auto" and now - last_poll > 1.0:
                 last_poll = now
                 self._add_joined(layout)
@@ -1132,8 +1140,11 @@ class Driver:
         ray = self.ray
         p.future = None
         self.log("end", p, status="failed", cause=_cause(error))
-        if not isinstance(error, ray.exceptions.RayActorError):
+        if isinstance(error, ray.exceptions.RayTaskError):
             p.done = True  # an error of the pod's own (a bad config): restarting repeats it
+            return
+        if isinstance(error, ray.exceptions.ActorUnschedulableError):
+            self._drop(p, "its node is gone and it is pinned there")
             return
         if p.attempt >= self.config.max_restarts:
             self._drop(p, f"{p.attempt} restarts done (max_restarts={self.config.max_restarts})")

@@ -414,7 +414,7 @@ def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp
     assert elastic.checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
 
 
-JOIN_UPDATES = 200
+JOIN_UPDATES = 120
 
 
 @needs_ray
@@ -460,11 +460,11 @@ def test_a_node_that_joins_gets_a_pod_from_the_leaderboard_and_its_removal_is_su
         first = next(r for r in _rows(run_dir) if r["pod"] == 1)
         # Every member of the joined pod is a copy of a pod-0 member the leaderboard held.
         assert all(m["parent"]["pod"] == 0 and m["copies"] == 1 for m in first["members"])
-        ends = {e["pod"]: e["status"] for e in log if e["event"] == "end"}
-        assert ends[0] == "finished" and ends[1] in ("dropped", "finished")
-        assert any(e["pod"] == 1 and e.get("status") == "failed" for e in log) or ends[1] == (
-            "finished"
-        )
+        ends = [(e["pod"], e["status"]) for e in log if e["event"] == "end"]
+        assert (0, "finished") in ends
+        # The removed node's pod: failed (its node gone), then dropped, or done before.
+        assert ends[-1] == (1, "dropped") or (1, "finished") in ends, ends
+        assert (1, "failed") in ends or (1, "finished") in ends
         assert summary["pods"] == 2
     finally:
         cluster.shutdown()
