@@ -344,14 +344,14 @@ def test_two_pods_survive_a_pod_sigkill(procs, ray_tmp, tmp_path):
     )
     start = _wait_for(
         lambda: [e for e in _pods_log(run_dir) if e["event"] == "start" and e["pod"] == 0],
-        120,
+        300,
         "pod 0's start",
         proc,
     )[0]
-    _wait_for(lambda: any(r["pod"] == 0 for r in _rows(run_dir)), 120, "pod 0's report", proc)
+    _wait_for(lambda: any(r["pod"] == 0 for r in _rows(run_dir)), 300, "pod 0's report", proc)
     os.kill(start["pid"], signal.SIGKILL)
     killed_at = time.time()
-    summary = _final(proc, 200)
+    summary = _final(proc, 400)
 
     log = _pods_log(run_dir)
     events = [(e["event"], e.get("status"), e["attempt"]) for e in log if e["pod"] == 0]
@@ -395,13 +395,13 @@ def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp
         "2",
     ]
     proc = procs.start(args)
-    _wait_for(lambda: len(_rows(run_dir)) >= 2, 150, "two reports", proc)
+    _wait_for(lambda: len(_rows(run_dir)) >= 2, 300, "two reports", proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     before = _rows(run_dir)
     _kill_ray_processes(ray_tmp)  # what the killed driver's local Ray left, if anything
     resumed = procs.start(["--resume", run_dir, "--quiet"])
-    summary = _final(resumed, 200)
+    summary = _final(resumed, 400)
     rows = _rows(run_dir)
     ids = [r["id"] for r in rows]
     assert rows[: len(before)] == before  # the leaderboard continues, nothing lost
@@ -448,13 +448,13 @@ def test_a_node_that_joins_gets_a_pod_from_the_leaderboard_and_its_removal_is_su
                 "10",
             ]
         )
-        _wait_for(lambda: len(_rows(run_dir)) >= 1, 150, "pod 0's report", proc)
+        _wait_for(lambda: len(_rows(run_dir)) >= 1, 300, "pod 0's report", proc)
         node = cluster.add_node(num_cpus=1)
         _wait_for(
-            lambda: any(r["pod"] == 1 for r in _rows(run_dir)), 150, "the joined pod's report", proc
+            lambda: any(r["pod"] == 1 for r in _rows(run_dir)), 300, "the joined pod's report", proc
         )
         cluster.remove_node(node)
-        summary = _final(proc, 200)
+        summary = _final(proc, 400)
         log = _pods_log(run_dir)
         assert any(e["event"] == "join" and e["pod"] == 1 for e in log)
         first = next(r for r in _rows(run_dir) if r["pod"] == 1)
