@@ -726,8 +726,15 @@ def evaluate(argv: Sequence[str]) -> dict:
         from podracer.runs import dry_run_saved
 
         return dry_run_saved("eval", args.run_dir, step=args.step)
+    from podracer import elastic
     from podracer.runs import evaluate_run
 
+    if elastic.is_elastic_run(args.run_dir):  # the best member the leaderboard kept
+        result = elastic.evaluate_best(
+            args.run_dir, episodes=args.episodes, greedy=not args.stochastic
+        )
+        print(json.dumps(result), flush=True)
+        return result
     result = evaluate_run(
         args.run_dir,
         episodes=args.episodes,

@@ -615,6 +615,41 @@ def load_best(run_dir: str):
     )
 
 
+def is_elastic_run(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds an elastic run (its ``elastic.json``)."""
+    return os.path.exists(os.path.join(run_dir, ELASTIC_FILE))
+
+
+def evaluate_best(run_dir: str, *, episodes: int = 10, greedy: bool = True) -> dict[str, Any]:
+    """``podracer eval RUN_DIR`` of an elastic run: the best member the leaderboard kept
+    (:func:`load_best`) played for ``episodes`` fresh episodes with its hyper-parameters; the
+    returns' summary, the member, its leaderboard score and record."""
+    from podracer.evaluation import summarize_returns
+    from podracer.runs import load_spec
+
+    state, meta = load_best(run_dir)
+    spec = load_spec(run_dir)
+    with open(os.path.join(run_dir, ELASTIC_FILE)) as f:
+        members = json.load(f)["pods"][0]["members"]
+    system = pod_system(spec, 0, members)
+    full = system.init(spec.seed)
+    copy = [{"member": i, "state": state, "hparams": meta["hparams"]} for i in range(members)]
+    full = replace_members(full, copy)
+    evaluate = system.evaluator(seed=spec.seed, episodes=episodes, greedy=greedy)
+    returns = np.asarray(evaluate(full, int(meta["updates"])))[:1]  # [1, episodes]
+    with open(os.path.join(run_dir, TOP_DIR, TOP_FILE)) as f:
+        best = json.load(f)[0]
+    return {
+        **summarize_returns(returns),
+        "member": best["name"],
+        "leaderboard_score": meta["score"],
+        "record": meta["record"],
+        "hparams": meta["hparams"],
+        "greedy": greedy,
+        "run_dir": run_dir,
+    }
+
+
 def save_member(run_dir: str, name: str, state: Any, row: dict[str, Any], score: float) -> None:
     """One member's learner state as an orbax checkpoint under ``top/<name>``."""
     from podracer.checkpoint import Checkpointer

@@ -412,6 +412,18 @@ def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp
     row = next(r for r in rows if r["id"] == meta["record"])
     member = next(m for m in row["members"] if m["score"] == meta["score"])
     assert elastic.checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
+    # podracer eval plays that member.
+    proc = subprocess.run(
+        [sys.executable, "-m", "podracer.cli", "eval", run_dir, "--episodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["record"] == meta["record"] and result["episodes"] == 2
+    assert 1.0 <= result["mean"] <= 500.0  # CartPole-v1 returns
 
 
 JOIN_UPDATES = 120
