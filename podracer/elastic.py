@@ -1313,6 +1313,15 @@ def _elastic_fields(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     return fields, rest
 
 
+def _pods_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(
+            f"--pods={text!r} is not allowed: give a number of pods >= 1, or auto"
+        ) from None
+
+
 def train_cli(argv: Sequence[str]) -> dict[str, Any]:
     """``podracer train ... --population P --pods N|auto --cluster ray|HOST:PORT`` and
     ``podracer train --resume RUN_DIR`` of an elastic run; prints the final JSON line."""
@@ -1323,6 +1332,20 @@ def train_cli(argv: Sequence[str]) -> dict[str, Any]:
     pods = _value(argv, "--pods")
     cluster = _value(argv, "--cluster")
     resume = _value(argv, "--resume")
+    if cli._dry_run(argv)[0] and resume is None:  # checked and planned; nothing started
+        config = ElasticConfig(
+            pods=2 if pods is None else pods if pods == "auto" else _pods_int(pods),
+            cluster=cluster or "ray",
+            **fields,
+        )
+        import_ray()
+        rest = _without(argv, ("--pods", "--cluster"))
+        spec, _ = cli.run_spec(cli._dry_run(rest)[1])
+        if spec.population is None:
+            raise ConfigError("--pods and --cluster need --population P (the members of the pods)")
+        if config.pods != "auto":
+            pod_sizes(spec.population.size, config.pods)
+        return cli.train_dry_run(rest)
     if resume is not None:
         with open(os.path.join(resume, ELASTIC_FILE)) as f:
             saved = json.load(f)["config"]
@@ -1339,14 +1362,7 @@ def train_cli(argv: Sequence[str]) -> dict[str, Any]:
     else:
         if pods is None:
             pods = "2"
-        pods_value: int | str = pods
-        if pods != "auto":
-            try:
-                pods_value = int(pods)
-            except ValueError:
-                raise ConfigError(
-                    f"--pods={pods!r} is not allowed: give a number of pods >= 1, or auto"
-                ) from None
+        pods_value = pods if pods == "auto" else _pods_int(pods)
         config = ElasticConfig(pods=pods_value, cluster=cluster or "ray", **fields)
         import_ray()
         spec, selectors = cli.run_spec(_without(argv, ("--pods", "--cluster")))
