@@ -88,6 +88,10 @@ def main(argv=None) -> None:
                 "--elastic.temp_dir",
                 os.path.join(tmp, "ray"),
                 *(["--elastic.num_cpus", str(args.cpus)] if args.cpus else []),
+                # every pod at once: the cores shared out (a pod waiting for a core would
+                # start when another ends, and time to target would count the wait)
+                "--elastic.cpus_per_pod",
+                str(min(1.0, (args.cpus or os.cpu_count()) / pods)),
                 *extra,
             ]
             env = {**os.environ, "PYTHONPATH": REPO}
@@ -123,6 +127,7 @@ def main(argv=None) -> None:
                             "report_s",
                             "round_s",
                             "restarts",
+                            "pods_dropped",
                             "wall_s",
                         )
                     },
