@@ -493,3 +493,14 @@ def test_population_records_number_every_pods_members():
     assert records[1]["scores"] == [1.0, 2.0, 3.0, 4.0]
     assert records[1]["replaced"] == [{"member": 2, "parent": 1, "hparams": {"lr": 0.25}}]
     assert [m["hparams"]["lr"] for m in records[0]["members"]] == [0.1, 0.2, 0.1, 0.2]
+
+
+def test_ray_is_the_ray_extra_and_in_dev():
+    import tomllib
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    extras = project["optional-dependencies"]
+    assert [r.split(">")[0] for r in extras["ray"]] == ["ray"]
+    assert any(r.startswith("ray>") for r in extras["dev"])
+    assert not any(r.startswith("ray") for r in project["dependencies"])
