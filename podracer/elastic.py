@@ -1049,7 +1049,11 @@ class Driver:
         for pod in layout["pods"]:
             if pod["pod"] in layout["ended"]:
                 continue
-            self.start_pod(pod["pod"], pod["members"], pod.get("node"), pod.get("join", False))
+            # A resumed run's pods go where Ray finds resources: its nodes may be new ones.
+            node = None if self.resume else pod.get("node")
+            self.start_pod(pod["pod"], pod["members"], node, pod.get("join", False))
+        # Nodes that join from now on get a pod (--pods auto); those here already have one.
+        self.seen_nodes = set(alive_nodes(ray)) | {p.get("node") for p in layout["pods"]}
         start_s = time.perf_counter() - t0
         self._watch(layout)
         summary = ray.get(self.leaderboard.summary.remote(), timeout=120)
@@ -1093,10 +1097,10 @@ class Driver:
         return {**layout, "ended": set()}
 
     def _add_joined(self, layout: dict[str, Any]) -> None:
-        known = {p.get("node") for p in layout["pods"]}
         for node in alive_nodes(self.ray):
-            if node in known:
+            if node in self.seen_nodes:
                 continue
+            self.seen_nodes.add(node)
             members = layout["pods"][0]["members"]
             pod = {"pod": len(layout["pods"]), "members": members, "node": node, "join": True}
             layout["pods"].append(pod)
