@@ -316,6 +316,7 @@ def _final(proc, timeout):
 
 
 @needs_ray
+@pytest.mark.timeout(600)  # a Ray, compiles, restarts: minutes on 2 busy cores
 def test_two_pods_survive_a_pod_sigkill(procs, ray_tmp, tmp_path):
     """Two pods of 2 members on a local Ray; pod 0's process is killed once it has reported.
     The run ends with rc 0, pods.jsonl shows the failure and the restart, records keep arriving
@@ -374,6 +375,7 @@ def test_two_pods_survive_a_pod_sigkill(procs, ray_tmp, tmp_path):
 
 
 @needs_ray
+@pytest.mark.timeout(600)  # a Ray, compiles, restarts: minutes on 2 busy cores
 def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp_path):
     run_dir = str(tmp_path / "run")
     updates = 16
@@ -430,6 +432,7 @@ JOIN_UPDATES = 120
 
 
 @needs_ray
+@pytest.mark.timeout(600)  # a Ray, compiles, restarts: minutes on 2 busy cores
 def test_a_node_that_joins_gets_a_pod_from_the_leaderboard_and_its_removal_is_survived(
     procs, ray_tmp, tmp_path
 ):
