@@ -1044,7 +1044,7 @@ class Driver:
             .options(num_cpus=0, max_restarts=-1, max_task_retries=-1)
             .remote(self.run_dir, spec.to_dict(), config.top_k)
         )
-        ray.get(self.leaderboard.summary.remote(), timeout=120)
+        ray.get(self.leaderboard.summary.remote(), timeout=config.start_timeout_s)
         layout = self._layout()
         for pod in layout["pods"]:
             if pod["pod"] in layout["ended"]:
@@ -1056,7 +1056,7 @@ class Driver:
         self.seen_nodes = set(alive_nodes(ray)) | {p.get("node") for p in layout["pods"]}
         start_s = time.perf_counter() - t0
         self._watch(layout)
-        summary = ray.get(self.leaderboard.summary.remote(), timeout=120)
+        summary = ray.get(self.leaderboard.summary.remote(), timeout=config.start_timeout_s)
         ends = [e for e in self.events if e["event"] == "end"]
         summary.update(
             pods=len(layout["pods"]),
