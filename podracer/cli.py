@@ -579,10 +579,13 @@ def train_dry_run(argv: Sequence[str] | TrainArgs) -> dict:
 
 def train(argv: Sequence[str] | TrainArgs) -> dict:
     """``podracer train``: ``argv`` (or its :class:`TrainArgs`) parsed once and every step
-    (run directory, processes, spec, run) reading that one parse."""
-    from podracer import parallel, runs
+    (run directory, processes, spec, run) reading that one parse; ``--pods`` or ``--cluster``
+    hand the command line to the elastic tournament on Ray (:mod:`podracer.elastic`)."""
+    from podracer import elastic, parallel, runs
 
     args = parse_selectors(argv)
+    if elastic.wanted(args.argv):  # --pods, --cluster: the elastic tournament on Ray
+        return elastic.train_cli(args.argv)
     if args.selectors.dry_run:
         return train_dry_run(args)
     _check_run_dir(args)
@@ -778,8 +781,15 @@ def evaluate(argv: Sequence[str]) -> dict:
         from podracer.runs import dry_run_saved
 
         return dry_run_saved("eval", args.run_dir, step=args.step)
+    from podracer import elastic
     from podracer.runs import evaluate_run
 
+    if elastic.is_elastic_run(args.run_dir):  # the best member the leaderboard kept
+        result = elastic.evaluate_best(
+            args.run_dir, episodes=args.episodes, greedy=not args.stochastic
+        )
+        print(json.dumps(result), flush=True)
+        return result
     result = evaluate_run(
         args.run_dir,
         episodes=args.episodes,

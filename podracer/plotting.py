@@ -410,6 +410,10 @@ def plot_population(run_dir: PathLike, out: PathLike) -> Path:
     from matplotlib.figure import Figure
 
     records = read_leaderboard(run_dir)
+    if "pod" in records[0]:  # an elastic run's rows, one per pod report: all pods' members
+        from podracer.elastic import population_records
+
+        records = population_records(records)
     step = np.asarray([r.get("step", r["updates"]) for r in records], np.float64)
     size = len(records[-1]["members"])
     scores = np.asarray(
