@@ -61,7 +61,7 @@ def test_ppo_beats_random_legal_on_a_small_snake(suite_learning, monkeypatch):
     some (>= 2: measured 3.6), so twice it is a real margin."""
     pytest.importorskip("jumanji")
     import podracer
-    from podracer import agents, envs
+    from podracer import agents, envs, loops
     from podracer.runs import RunSpec
 
     monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
@@ -82,7 +82,7 @@ def test_ppo_beats_random_legal_on_a_small_snake(suite_learning, monkeypatch):
         seed=0,
         total_timesteps=60_000,
         agent_config=podracer.PPOConfig(**preset["agent"]),
-        arch_config=podracer.AnakinConfig(**preset["anakin"]),
+        arch_config=podracer.AnakinConfig(**loops.loop_values(preset["loop"], "anakin")),
     )
     record = suite_learning.measure(spec, episodes=128, policy="stochastic", both=False)
     assert record["unfinished"] == 0
