@@ -348,7 +348,9 @@ def parse_train_args(argv: Sequence[str] | TrainArgs):
         description=f"Config fields of --arch {selectors.arch} and --agent {selectors.agent}.",
         config=(tyro.conf.FlagConversionOff,),
     )
-    selectors.population_config = getattr(parsed, "population", None)
+    population = getattr(parsed, "population", None)
+    # Its default was built unchecked (_population_default): the parsed value is checked here.
+    selectors.population_config = None if population is None else dataclasses.replace(population)
     arch_config = parsed.arch
     if selectors.population_config is not None:
         if not loop.members_in_one_program:
@@ -468,7 +470,7 @@ def _population_default(selectors, file, where):
     values = dict(file.get("population") or {})
     if selectors.population is not None:
         values["size"] = selectors.population
-    return dataclass_from_dict(PopulationConfig, values, f"{where}: population")
+    return dataclass_from_dict(PopulationConfig, values, f"{where}: population", checked=False)
 
 
 def _resume_spec(argv: Sequence[str] | TrainArgs):

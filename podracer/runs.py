@@ -138,9 +138,13 @@ def arch_config_cls(arch: str) -> type:
     return loops.get(arch).config_cls
 
 
-def dataclass_from_dict(cls: type, values: dict[str, Any], where: str):
+def dataclass_from_dict(cls: type, values: dict[str, Any], where: str, checked: bool = True):
     """``cls(**values)`` with JSON lists turned back into tuples; an unknown field is an error
-    naming it and the fields allowed."""
+    naming it and the fields allowed.
+
+    ``checked=False`` skips ``cls``'s checks (``__post_init__``): for a command line's default,
+    whose fields may only agree once the flags are applied (``--population 2`` with
+    ``--population.fraction 0.5``); the parser builds the final value with them."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -148,7 +152,19 @@ def dataclass_from_dict(cls: type, values: dict[str, Any], where: str):
             f"{where}: unknown field(s) {', '.join(unknown)} for {cls.__name__}; the fields are "
             f"{', '.join(fields)}"
         )
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    if checked:
+        return cls(**values)
+    out = object.__new__(cls)
+    for name, field in fields.items():
+        if name in values:
+            value = values[name]
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            value = field.default
+        object.__setattr__(out, name, value)
+    return out
 
 
 def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:

@@ -386,3 +386,17 @@ def test_population_from_the_command_line(tmp_path):
     plotted = podracer("plot", str(run), "--population", "--out", str(out), timeout=120)
     assert plotted.returncode == 0, plotted.stderr
     assert out.stat().st_size > 10_000
+
+
+def test_population_fraction_flag_applies_before_the_size_check():
+    """``--population 2`` alone replaces no member (0.25 x 2 < 1) and is refused, naming the
+    field; with ``--population.fraction 0.5`` it is allowed (one member replaced per round),
+    so the default is checked only once the flags are applied."""
+    from podracer.config import ConfigError
+
+    base = ["--agent", "ppo", "--env", "gymnax:CartPole-v1", "--population", "2"]
+    selectors, _, arch = parse_train_args([*base, "--population.fraction", "0.5"])
+    assert selectors.population_config.fraction == 0.5
+    assert selectors.population_config.num_replaced == 1 and arch.num_seeds == 2
+    with pytest.raises(ConfigError, match=r"fraction=0.25 is not allowed with size=2"):
+        parse_train_args(base)
