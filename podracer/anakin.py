@@ -700,6 +700,7 @@ LOOP = Loop(
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
     place_members=place_members,
     sizes={"envs": "num_envs", "rollout_len": "rollout_len"},
+    runs_in_pods=True,
 )
 
 

@@ -1220,13 +1220,16 @@ def train(
 ) -> dict[str, Any]:
     """An elastic tournament of ``spec`` (a RunSpec with a population) in ``run_dir``; returns
     the summary (the final JSON line: the scores over every member's latest report)."""
-    from podracer import runs
+    from podracer import loops, runs
 
     ray = import_ray()
     if spec.population is None:
         raise ConfigError("--pods and --cluster need --population P (the members the pods share)")
-    if spec.arch != "anakin":
-        raise ConfigError(f"--pods is not allowed with --arch {spec.arch}: pods run Anakin")
+    if not loops.get(spec.arch).runs_in_pods:
+        allowed = ", ".join(name for name in loops.names() if loops.get(name).runs_in_pods)
+        raise ConfigError(
+            f"--pods is not allowed with --arch {spec.arch}: pods run the loops {allowed}"
+        )
     if config.pods != "auto":
         pod_sizes(spec.population.size, config.pods)
     if not resume:

@@ -175,6 +175,16 @@ def test_more_pods_than_members_is_a_one_line_error(capsys, tmp_path):
     assert rc == 2 and "give one of 1, 2, 4" in err[-1]
 
 
+@needs_ray
+def test_a_loop_that_runs_in_no_pod_is_a_one_line_error(capsys, tmp_path):
+    argv = ["train", "--arch", "sebulba", "--agent", "ppo", "--env", "envpool:CartPole-v1"]
+    argv += ["--population", "4", "--pods", "2", "--run-dir", str(tmp_path / "r")]
+    rc, err = _main(argv, capsys)
+    assert rc == 2 and len(err) == 1, err
+    assert "--pods is not allowed with --arch sebulba: pods run the loops anakin" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
 def test_missing_ray_names_the_extra(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     argv = ["train", *SMALL, "--population", "4", "--pods", "2", "--run-dir", str(tmp_path / "r")]

@@ -86,7 +86,12 @@ class Loop(NamedTuple):
       :func:`podracer.parallel.use_cpu_cores` gave a CPU one device per core and no devices are
       given (:func:`podracer.parallel.spread_members`): Anakin puts them on as many cores as
       divide them, and splits each member's environments over the cores left over where its
-      batch is large enough.
+      batch is large enough;
+    - ``runs_in_pods``: the elastic tournament's pods (:mod:`podracer.elastic`) can run it: a
+      pod drives its population one compiled segment of ``interval`` updates at a time and
+      reads the members' scores from the program's own evaluation (Anakin). Sebulba's
+      populations are driven by their actor threads and scored on training returns, so its
+      pods are not built.
     """
 
     name: str
@@ -99,6 +104,7 @@ class Loop(NamedTuple):
     with_members: Callable[[Any, int], Any] | None = None
     place_members: Callable[..., tuple[Any, Sequence[jax.Device] | None]] | None = None
     sizes: Mapping[str, str] = {}
+    runs_in_pods: bool = False
 
 
 SIZES = ("envs", "rollout_len")
