@@ -14,6 +14,8 @@ Craftax compiles slowly on CPU: each side's program is compiled once for the mod
 cheaper CPU passes, and the other checks trace (lower) without compiling. The full Craftax is
 only traced."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -229,6 +231,12 @@ def test_specs_and_params(env, rollouts):
     assert longer.observation_spec == env.observation_spec
 
 
+def _texture_cache_built() -> bool:
+    from craftax.craftax import constants
+
+    return os.path.exists(constants.TEXTURE_CACHE_FILE)
+
+
 @pytest.mark.parametrize(
     ("name", "num_actions", "shape", "trace"),
     [
@@ -242,7 +250,11 @@ def test_other_variants_trace(name, num_actions, shape, trace):
     returns and, for the full Craftax (whose end is also the final boss beaten), to what step
     returns (traced, not compiled; the pixel renderers' steps take seconds to trace). The full
     Craftax's pixels are not traced: its first render builds Craftax's texture cache, about
-    three minutes of a fresh install's CPU (every CI run)."""
+    three minutes of a fresh install's CPU (every CI run). For the same reason the full
+    Craftax's pixels are made only where that cache is already built (a developer's install
+    after its first pixel run): Craftax's own pixel class builds it in its constructor."""
+    if name == "Craftax-Pixels-v1" and not _texture_cache_built():
+        pytest.skip("Craftax's texture cache is not built: making Craftax-Pixels-v1 takes minutes")
     env = envs.make(f"craftax:{name}")
     assert env.action_spec == DiscreteActionSpec(num_actions)
     assert env.observation_spec == ObservationSpec(shape, jnp.dtype(jnp.float32))
