@@ -496,7 +496,7 @@ class Leaderboard:
         parents = [verdict[m] for m in members]
         values = {
             name: jnp.asarray([self.board[p].hparams[name] for p in parents], jnp.float32)
-            for name in self.config.hparams
+            for name in self.bounds
         }
         key = jax.random.key(int(rng.integers(2**31)))
         new = perturb(

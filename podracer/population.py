@@ -69,8 +69,9 @@ class PopulationConfig:
     """A copy's hyper-parameters are its parent's times one of these factors (drawn uniformly)."""
     resample_prob: float = 0.0
     """Probability that a copy's hyper-parameter is drawn afresh within its bounds instead."""
-    hparams: tuple[str, ...] = ("lr", "ent_coef")
-    """The hyper-parameters each member carries (traced) and the tournament perturbs."""
+    hparams: tuple[str, ...] = ()
+    """The hyper-parameters each member carries (traced) and the tournament perturbs; none
+    given: ``lr``, and the entropy coefficient where the agent has one (:data:`DEFAULT_HPARAMS`)."""
     init: tuple[str, ...] = ()
     """Initial spreads NAME=LOW:HIGH (e.g. lr=1e-5:1e-2): member i gets the i-th of P values
     spaced evenly (geometrically for a log-scale parameter); other members' values are the
@@ -113,13 +114,9 @@ class PopulationConfig:
                 f"PopulationConfig.hparams={self.hparams!r} is not allowed: a name is repeated"
             )
         for field in ("init", "bounds"):
-            ranges = parse_ranges(self, field)
-            extra = sorted(set(ranges) - set(self.hparams))
-            if extra:
-                raise ConfigError(
-                    f"PopulationConfig.{field} names {', '.join(extra)}, which "
-                    f"PopulationConfig.hparams={self.hparams!r} does not carry: add it there"
-                )
+            parse_ranges(self, field)  # the syntax; the names against the agent's: spaces()
+        if self.hparams:
+            check_ranges_carried(self, self.hparams)
 
     @property
     def num_replaced(self) -> int:
@@ -146,8 +143,27 @@ def parse_ranges(config: PopulationConfig, field: str) -> dict[str, tuple[float,
     return out
 
 
+DEFAULT_HPARAMS = ("lr", "ent_coef", "entropy_cost")
+"""What members carry when ``PopulationConfig.hparams`` is empty: those of these names that the
+agent's ``search_space`` has, the learning rate and the entropy bonus's coefficient where the
+agent has one (``lr, ent_coef`` for PPO, ``lr, entropy_cost`` for IMPALA, ``lr`` for SAC, DQN,
+Q(lambda), PQN and MuZero)."""
+
+
+def check_ranges_carried(config: PopulationConfig, carried: tuple[str, ...]) -> None:
+    """``config.init`` and ``config.bounds`` name only hyper-parameters in ``carried``."""
+    for field in ("init", "bounds"):
+        extra = sorted(set(parse_ranges(config, field)) - set(carried))
+        if extra:
+            raise ConfigError(
+                f"PopulationConfig.{field} names {', '.join(extra)}, which "
+                f"PopulationConfig.hparams={carried!r} does not carry: add it there"
+            )
+
+
 def spaces(agent_spec: AgentSpec | str, config: PopulationConfig) -> dict[str, Space]:
-    """The bounds of the carried hyper-parameters: the agent spec's ``search_space`` (a spec or a
+    """The bounds of the carried hyper-parameters (``config.hparams``, else the agent's among
+    :data:`DEFAULT_HPARAMS`), in that order: the agent spec's ``search_space`` (a spec or a
     registered agent's name), then ``config.bounds``. An unknown name is an error that lists the
     agent's."""
     if isinstance(agent_spec, str):
@@ -155,13 +171,20 @@ def spaces(agent_spec: AgentSpec | str, config: PopulationConfig) -> dict[str, S
 
         agent_spec = agents.get(agent_spec)
     known = agent_spec.search_space
-    for name in config.hparams:
+    carried = config.hparams or tuple(n for n in DEFAULT_HPARAMS if n in known)
+    for name in carried:
         if name not in known:
             raise ConfigError(
                 f"PopulationConfig.hparams names {name!r}, which {agent_spec.name} cannot carry: "
                 f"choose from {', '.join(known)}"
             )
-    out = {name: known[name] for name in config.hparams}
+    if not carried:
+        raise ConfigError(
+            f"PopulationConfig.hparams: {agent_spec.name} has none of {', '.join(DEFAULT_HPARAMS)}"
+            f"; name what its members carry, from {', '.join(known) or 'nothing'}"
+        )
+    check_ranges_carried(config, carried)
+    out = {name: known[name] for name in carried}
     for name, (low, high) in parse_ranges(config, "bounds").items():
         if known[name].log and low <= 0:
             raise ConfigError(
@@ -177,8 +200,7 @@ def initial_hparams(agent_config: Any, config: PopulationConfig, bounds: dict[st
     else the agent config's value; each value checked against its bounds."""
     spreads = parse_ranges(config, "init")
     out = {}
-    for name in config.hparams:
-        space = bounds[name]
+    for name, space in bounds.items():
         if name in spreads:
             low, high = spreads[name]
             if space.log and low <= 0:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from podracer import population as pop
-from podracer.agents import PPOConfig
+from podracer.agents import PPOConfig, SACConfig
 from podracer.anakin import AnakinConfig, train
 from podracer.config import ConfigError
 
@@ -163,6 +163,25 @@ def test_leaderboard_record_ranks_and_lineage():
     assert record["median_score"] == 3.0 and record["scores"][3] is None
 
 
+def test_default_hyper_parameters_are_those_the_agent_has():
+    """No ``hparams`` given: lr, and the entropy coefficient where the agent has one (PPO's
+    ent_coef, IMPALA's entropy_cost), in that order; given,
+    exactly those (an agent without ent_coef refuses it)."""
+    names = ("ppo", "impala", "sac", "dqn", "qlambda", "pqn", "muzero")
+    carried = {name: list(pop.spaces(name, pop.PopulationConfig())) for name in names}
+    assert carried["ppo"] == ["lr", "ent_coef"] and carried["impala"] == ["lr", "entropy_cost"]
+    for name in ("sac", "dqn", "qlambda", "pqn", "muzero"):
+        assert carried[name] == ["lr"], (name, carried[name])
+    explicit = pop.PopulationConfig(hparams=("gamma", "lr"))
+    assert list(pop.spaces("sac", explicit)) == ["gamma", "lr"]
+    with pytest.raises(ConfigError, match=r"names 'ent_coef', which sac cannot carry"):
+        pop.spaces("sac", pop.PopulationConfig(hparams=("lr", "ent_coef")))
+    config = pop.PopulationConfig(size=4, init=("lr=1e-4:1e-3",))
+    values = pop.initial_hparams(SACConfig(), config, pop.spaces("sac", config))
+    assert list(values) == ["lr"]
+    np.testing.assert_allclose(values["lr"], [1e-4, 10 ** (-11 / 3), 10 ** (-10 / 3), 1e-3])
+
+
 def test_config_errors_name_field_and_value():
     with pytest.raises(ConfigError, match=r"PopulationConfig.fraction=0.6 .* \(0, 0.5\]"):
         pop.PopulationConfig(fraction=0.6)
@@ -172,8 +191,13 @@ def test_config_errors_name_field_and_value():
         pop.PopulationConfig(selection="best")
     with pytest.raises(ConfigError, match=r"init entry 'lr=1e-2' .* NAME=LOW:HIGH"):
         pop.PopulationConfig(init=("lr=1e-2",))
-    with pytest.raises(ConfigError, match=r"init names gamma, which .*hparams"):
-        pop.PopulationConfig(init=("gamma=0.9:0.99",))
+    with pytest.raises(ConfigError, match=r"init names gamma, which .*hparams=\('lr',\)"):
+        pop.PopulationConfig(hparams=("lr",), init=("gamma=0.9:0.99",))
+    # With the default hyper-parameters the names are the agent's: checked against them.
+    with pytest.raises(ConfigError, match=r"init names gamma, which .*\('lr', 'ent_coef'\)"):
+        pop.spaces("ppo", pop.PopulationConfig(init=("gamma=0.9:0.99",)))
+    with pytest.raises(ConfigError, match=r"bounds names ent_coef, which .*\('lr',\) does"):
+        pop.spaces("sac", pop.PopulationConfig(bounds=("ent_coef=0:1",)))
     with pytest.raises(ConfigError, match=r"names 'epsilon', which ppo cannot carry.*lr, gamma"):
         pop.spaces("ppo", pop.PopulationConfig(hparams=("epsilon",)))
     with pytest.raises(ConfigError, match=r"initial lr values 1e-09..0.001 are outside"):
