@@ -161,8 +161,10 @@ def dataclass_from_dict(cls: type, values: dict[str, Any], where: str, checked: 
             value = values[name]
         elif field.default_factory is not dataclasses.MISSING:
             value = field.default_factory()
-        else:
+        elif field.default is not dataclasses.MISSING:
             value = field.default
+        else:
+            raise ConfigError(f"{where}: {cls.__name__}.{name} has no default: give it")
         object.__setattr__(out, name, value)
     return out
 

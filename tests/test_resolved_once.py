@@ -48,10 +48,11 @@ def calls(monkeypatch):
     return counter
 
 
-def main(argv) -> dict:
-    """``podracer ARGV`` in this process, as from the command line (CPU cores, supervisor);
-    its final JSON line."""
-    return cli.main(argv, cpu_cores=True, supervise=True)
+def main(argv, capsys) -> dict:
+    """``podracer ARGV`` in this process, as from the command line (CPU cores, supervisor),
+    which must exit with status 0; its final JSON line."""
+    assert cli.main(argv, cpu_cores=True, supervise=True) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def test_a_sebulba_atari_run_resolves_once_with_its_options(calls, tmp_path, capsys):
@@ -91,8 +92,7 @@ def test_a_sebulba_atari_run_resolves_once_with_its_options(calls, tmp_path, cap
         "--no-tensorboard",
         "--quiet",
     ]
-    assert main(argv) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = main(argv, capsys)
     assert summary["arch"] == "sebulba" and summary["num_updates"] == 2  # 16 / (2 x 4)
     assert np.isfinite(summary["params_checksum"])
 
@@ -146,8 +146,7 @@ def test_an_anakin_population_builds_its_environment_once(calls, tmp_path, capsy
         "--no-tensorboard",
         "--quiet",
     ]
-    assert main(argv) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = main(argv, capsys)
     assert summary["population"] == 4 and summary["num_updates"] == 2  # 64 / (4 x 8)
     assert len(summary["final_scores"]) == 4
     with open(tmp_path / "run" / "metrics.jsonl") as f:
@@ -177,8 +176,7 @@ def test_a_sweep_dry_run_resolves_once(calls, tmp_path, capsys):
         str(tmp_path / "sweep"),
         "--dry-run",
     ]
-    assert main(argv) == 0
-    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    record = main(argv, capsys)
     assert record["dry_run"] and record["seeds"] == 2 and record["sweep"] == {"lr": [1e-3, 3e-3]}
     assert record["config"]["agent"] == "ppo"
     assert calls.count("_selector_parser") == 1
