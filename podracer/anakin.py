@@ -141,6 +141,11 @@ class Anakin(NamedTuple):
     periodic: Periodic | None = None
     recipe: Recipe | None = None
 
+    @property
+    def envs_per_device(self) -> int:
+        """The environments of one member on one device: its share of each update's batch."""
+        return self.config.num_envs // self.mesh.shape[DATA_AXIS]
+
     def run(self, state=None, *, seed: int, start_update: int = 0, hooks=None, progress=None):
         """:func:`run` for the recipe's run length; the summary names the run."""
         result = run(

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from podracer import agents, loops
+from podracer.agents.policy import describe_window
 from podracer.checkpoint import Checkpointer, CheckpointError
 from podracer.config import ConfigError
 from podracer.envs.options import EnvOptions, as_options
@@ -618,7 +619,19 @@ def plan(system: loops.System, spec: RunSpec, run_dir: str, **more: Any) -> dict
         "total_steps": recipe.num_updates * recipe.steps_per_update,
         "state_bytes": _bytes(state),
         "replay_bytes": _replay_bytes(state),
+        **_memory_plan(system),
     }
+
+
+def _memory_plan(system: loops.System) -> dict[str, Any]:
+    """``{"memory": line}`` for an agent with memory: the sequences its learner re-runs on
+    each device (:func:`podracer.agents.policy.describe_window`); ``{}`` otherwise."""
+    rollout_len = getattr(system.config, "rollout_len", None)
+    envs = getattr(system, "envs_per_device", None)
+    if not rollout_len or not envs:
+        return {}
+    line = describe_window(system.recipe.agent_config, rollout_len, envs)
+    return {"memory": line} if line else {}
 
 
 def dry_run(
@@ -701,6 +714,7 @@ def describe_plan(record: dict[str, Any]) -> str:
         f"member = {record['total_steps']} steps",
         f"  state: {record['state_bytes'] * mib:.1f} MiB, of which replay buffers "
         f"{record['replay_bytes'] * mib:.1f} MiB",
+        *([f"  memory: {record['memory']}"] if "memory" in record else []),
         f"  run directory: {record['run_dir']}"
         + (f" (resumed from update {record['resume_from']})" if "resume_from" in record else ""),
         "  nothing was compiled or written",

@@ -143,7 +143,7 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         )
         if net is None:
             return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
-        window = config.window(traj.reward.shape[0])
+        window = config.window(*traj.reward.shape)
         return memory.windows(batch, window)._replace(sequences=memory.sequences(traj, window))
 
     def outputs(params, batch: IMPALABatch):

@@ -204,10 +204,18 @@ class SequenceFields:
                 "gru or lstm, or sequence_window to 0)"
             )
 
-    def window(self, rollout_len: int) -> int:
-        """The window for a rollout of ``rollout_len`` steps (an error names a window that does
-        not divide it)."""
-        window = self.sequence_window or rollout_len
+    def window(self, rollout_len: int, num_envs: int = 1) -> int:
+        """The window for a rollout of ``rollout_len`` steps of ``num_envs`` environments on one
+        device (an error names a window that does not divide it).
+
+        ``sequence_window=0`` is the longest window that gives the device a multiple of the
+        config's ``num_minibatches`` sequences: the whole rollout where the device holds
+        enough environments (one device, the default sizes), shorter windows where it holds
+        fewer (the same run over 2 or 4 devices, whose minibatches are then taken over the
+        sequences each device holds). :func:`describe_window` says which was chosen."""
+        window = self.sequence_window or auto_window(
+            rollout_len, num_envs, getattr(self, "num_minibatches", 1)
+        )
         if rollout_len % window:
             from podracer.config import ConfigValueError
 
@@ -216,6 +224,33 @@ class SequenceFields:
                 f"with rollouts of {rollout_len} steps: it must divide the rollout length"
             )
         return window
+
+
+def auto_window(rollout_len: int, num_envs: int, num_minibatches: int) -> int:
+    """The longest divisor ``W`` of ``rollout_len`` for which the ``num_envs * rollout_len / W``
+    sequences of one device split into ``num_minibatches`` equal minibatches (the whole rollout
+    where none does: the learner then names the sizes that do not divide)."""
+    for window in range(rollout_len, 0, -1):
+        if (
+            rollout_len % window == 0
+            and (num_envs * (rollout_len // window)) % num_minibatches == 0
+        ):
+            return window
+    return rollout_len
+
+
+def describe_window(config, rollout_len: int, num_envs: int) -> str | None:
+    """What the plan prints for an on-policy agent with memory: the window its learner re-runs
+    and the sequences each device holds (``None`` without memory)."""
+    if not isinstance(config, SequenceFields) or getattr(config, "memory", "none") == "none":
+        return None
+    window = config.window(rollout_len, num_envs)
+    chosen = (
+        f"sequence_window={config.sequence_window}"
+        if config.sequence_window
+        else "sequence_window=0: the longest that splits into num_minibatches"
+    )
+    return f"sequences of {window} steps ({chosen}), {num_envs * rollout_len // window} per device"
 
 
 def init_params(fields: TorsoFields, network, key, example_obs):

@@ -232,7 +232,7 @@ def make_recurrent(config: PPOConfig, network, head) -> Agent:
         )
         v_tm1 = outputs[1]
         steps = targets(config, head, traj, v_tm1, v_t, mean_fn)
-        window = config.window(traj.reward.shape[0])
+        window = config.window(*traj.reward.shape)
         return SequenceBatch(memory.windows(steps, window), memory.sequences(traj, window))
 
     def loss(params, batch: SequenceBatch, key):

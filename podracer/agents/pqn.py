@@ -158,7 +158,7 @@ def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates:
         batch = PQNBatch(traj.obs, traj.action, target)
         if net is None:
             return jax.tree.map(lambda x: x.reshape(num_steps * num_envs, *x.shape[2:]), batch)
-        window = config.window(num_steps)
+        window = config.window(num_steps, num_envs)
         return memory.windows(batch, window)._replace(sequences=memory.sequences(traj, window))
 
     def loss(params, batch: PQNBatch, key):

@@ -43,6 +43,11 @@ class System(Protocol):
     recipe: Recipe
     config: Any
 
+    @property
+    def envs_per_device(self) -> int:
+        """The environments of one member in one learner device's share of an update (what a
+        recurrent learner cuts into sequences)."""
+
     def init(self, seed: int) -> Any:
         """The initial state of the run ``seed`` (also the template a checkpoint restores into);
         a size that does not divide fails here, before anything is written."""

@@ -18,10 +18,23 @@ from podracer.loops import Loop
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import EnvFactory, Recipe, as_factory
 from podracer.sebulba.config import SebulbaConfig
-from podracer.sebulba.system import agent_of, init_state, member_offsets, run
+from podracer.sebulba.system import agent_of, envs_per_device, init_state, member_offsets, run
 from podracer.types import EnvSpec, HostEnvironment
 
 DEFAULT_ENV = "envpool:CartPole-v1"
+
+
+def default_env(agent_spec) -> str:
+    """Sebulba's environment when none is given: the agent's own default task through envpool
+    where envpool has it (SAC's ``gymnax:Pendulum-v1`` is ``envpool:Pendulum-v1``), else
+    :data:`DEFAULT_ENV`."""
+    prefix, _, task = agent_spec.default_env.partition(":")
+    if prefix == "gymnax" and task:
+        import envpool
+
+        if task in envpool.list_all_envs():
+            return f"envpool:{task}"
+    return DEFAULT_ENV
 
 
 def env_factory(
@@ -118,6 +131,11 @@ class SebulbaSystem(NamedTuple):
     devices: Sequence[jax.Device] | None = None
     members: Members | None = None
     periodic: Periodic | None = None
+
+    @property
+    def envs_per_device(self) -> int:
+        """The environments of one member in one learner device's share of an update."""
+        return envs_per_device(self.config)
 
     def init(self, seed: int):
         """A freshly initialised state on the learner mesh (also a checkpoint's template,
@@ -226,7 +244,7 @@ def build_system(
 LOOP = Loop(
     name="sebulba",
     config_cls=SebulbaConfig,
-    default_env=lambda agent_spec: DEFAULT_ENV,
+    default_env=default_env,
     probe=probe,
     steps_per_update=steps_per_update,
     build=build_system,
