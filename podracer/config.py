@@ -25,6 +25,20 @@ class ConfigValueError(ConfigError, ValueError):
     unknown environment id, agent or torso, a size that does not divide."""
 
 
+def import_extra(module: str, extra: str, feature: str) -> Any:
+    """``import module``, or a :class:`ConfigError` in one line that names the ``feature`` that
+    needs it and the optional ``extra`` that installs it (``pip install 'podracer[extra]'``)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            f"{feature} needs the {module.split('.')[0]} package, which is not installed: "
+            f"pip install 'podracer[{extra}]' (pip install -e '.[{extra}]' in a checkout)"
+        ) from None
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse`` whose errors (a missing argument, ``--seed abc``) are a :class:`ConfigError`,
     printed by the command line as one line, instead of the usage text and ``SystemExit``."""

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from podracer import rundir
+from podracer.config import import_extra
 from podracer.parallel import is_main_process
 
 
@@ -244,12 +245,7 @@ class WandbWriter:
     """Weights & Biases (``pip install podracer[wandb]``); offline unless ``online``."""
 
     def __init__(self, run_dir: str, config: dict[str, Any], online: bool = False, **kwargs):
-        try:
-            import wandb
-        except ImportError as error:
-            raise ImportError(
-                "the wandb logger needs the wandb package: pip install 'podracer[wandb]'"
-            ) from error
+        wandb = import_extra("wandb", "wandb", "--wandb (the Weights & Biases logger)")
         self._run = wandb.init(
             dir=run_dir, config=config, mode="online" if online else "offline", **kwargs
         )

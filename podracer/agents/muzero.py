@@ -68,7 +68,13 @@ from podracer import ops
 from podracer.agents.dqn import init_target, target_update
 from podracer.agents.optim import clipped_adam
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import ConfigError, check_choice, check_positive, check_range
+from podracer.config import (
+    ConfigError,
+    check_choice,
+    check_positive,
+    check_range,
+    import_extra,
+)
 from podracer.core.replay import Replay, ReplayBatch, ReplayFields, n_step_targets
 from podracer.networks import (
     ACTIVATIONS,
@@ -408,7 +414,7 @@ def unchecked(fn, *args):
 def make_search(config: MuZeroConfig, model: Model, actions: int):
     """``search(params, obs [B, ...], key) -> SearchOutput``: the config's mctx search from
     ``h(obs)``, the observation's illegal actions (``obs[ACTION_MASK]``) never chosen."""
-    import mctx
+    mctx = import_extra("mctx", "search", "--agent muzero (its search)")
 
     discount = config.gamma
 
