@@ -132,6 +132,7 @@ def test_ppo_loss_terms_equal_a_numpy_computation(clip_value):
     assert abs(clipped_loss - unclipped_loss) > 1e-2 * unclipped_loss
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", [False, True])
 def test_ppo_targets_come_from_the_learner_params_not_the_lagging_actors(normalize):
     """The actors acted with other (older) params than the learner's: the advantages and
@@ -282,6 +283,7 @@ def _computed(module, agent, params, traj, monkeypatch, reference):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid_truncations", ["many", True, False])
 @pytest.mark.parametrize("name", ["ppo", "impala", "qlambda"])
 def test_bootstrap_values_reused_from_obs_equal_every_bootstrap_obs_evaluated(
@@ -361,6 +363,7 @@ def index_trajectory(num_steps, num_envs):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("anneal_lr", [True, False])
 @pytest.mark.parametrize("spec", [ppo.SPEC, impala.SPEC], ids=["ppo", "impala"])
 def test_learning_rate_reaches_zero_after_the_runs_last_optimizer_step(spec, anneal_lr):

@@ -34,6 +34,7 @@ def small_run(seed=0, config=SMALL, devices=None, total=64 * 6):
     )
 
 
+@pytest.mark.slow
 def test_same_seed_bitwise_identical_other_seed_different(small_system):
     a, b, c = (run(small_system, seed=s, total_timesteps=64 * 6) for s in (0, 0, 1))
     leaves_a, leaves_b = (
@@ -173,6 +174,7 @@ class UncheckedCartPole:
         return getattr(self._env, name)
 
 
+@pytest.mark.slow
 def test_unchecked_shard_map_gives_the_same_params(two_devices):
     """An environment with check_vma = False runs the whole program without the check: on two
     devices (gradients all-reduced, episode statistics summed) its params equal the checked

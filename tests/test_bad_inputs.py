@@ -518,6 +518,7 @@ WITH_RUN = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, message", WITH_RUN, ids=[" ".join(a)[:60] for a, _ in WITH_RUN])
 def test_bad_input_about_a_saved_run(argv, message, saved_run, monkeypatch):
     monkeypatch.chdir(saved_run)

@@ -54,6 +54,7 @@ def load_module():
     return module
 
 
+@pytest.mark.slow
 def test_smoke_run_prints_json_lines_and_writes_curves(tmp_path):
     configs = ["pendulum"]  # the Sebulba configuration is timed by hand (CI's budget)
     figures = tmp_path / "figures"

@@ -30,6 +30,7 @@ KEYS = {
 }
 
 
+@pytest.mark.slow
 def test_smoke_prints_one_line_per_family():
     pytest.importorskip("navix")
     out = subprocess.run(

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "offpolicy.py"
@@ -94,6 +95,7 @@ def positive(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
+@pytest.mark.slow
 def test_smoke_run_prints_json_lines_and_writes_curves(tmp_path):
     figures = tmp_path / "figures"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

@@ -76,6 +76,7 @@ def test_sleepy_async_mode_returns_batches_of_ready_envs():
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_ENVPOOL, reason="the recipe is built on envpool CartPole's specs")
 def test_bench_record_on_sleepy_async_envs(two_devices):
     sleepy = load("sleepy_env")
@@ -113,6 +114,7 @@ def test_bench_record_on_sleepy_async_envs(two_devices):
         assert math.isclose(record["cpu_us_per_step"][what], speed.cpu_us_per_step)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_ENVPOOL, reason="envpool is not installed")
 def test_members_record_counts_every_members_steps(two_devices):
     """``--members``: P members in one program against the same P run in turn; the ratio is the

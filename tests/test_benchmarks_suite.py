@@ -15,6 +15,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "suite.py"
 HAVE_ENVPOOL = importlib.util.find_spec("envpool") is not None
@@ -43,6 +45,7 @@ def positive(value) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_one_line_per_configuration_and_plots(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
     done = subprocess.run(

@@ -64,6 +64,7 @@ def test_specs_and_id(env):
     assert env.default_params == ()
 
 
+@pytest.mark.slow
 def test_truncation_matches_brax(env, jitted):
     reset, step, raw_reset, raw_step = jitted
     state, ts = reset(jax.random.key(0), ())
@@ -113,6 +114,7 @@ def test_termination_on_the_time_limit_is_a_termination(env, jitted):
         assert int(state.steps) == 0
 
 
+@pytest.mark.slow
 def test_vmap_and_scan(env):
     num_envs, length = 4, 12
 
@@ -152,6 +154,7 @@ def test_vmap_and_scan(env):
                 steps = 0
 
 
+@pytest.mark.slow
 def test_action_repeat_sums_rewards_and_stops_at_a_termination(env, jitted):
     _, _, raw_reset, raw_step = jitted
     options = {"backend": "generalized", "episode_length": 4, "action_repeat": 2}

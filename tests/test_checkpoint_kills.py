@@ -5,6 +5,10 @@ its newest complete checkpoint every time and ends bitwise where a run never kil
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kill_during_checkpoint.py"
 
 

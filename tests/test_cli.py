@@ -23,6 +23,7 @@ def podracer(*args, timeout=240):
     )
 
 
+@pytest.mark.slow
 def test_train_prints_progress_and_a_final_json_line(tmp_path):
     proc = podracer(
         "train",
@@ -107,6 +108,7 @@ def test_help_lists_fields():
         assert flag in proc.stdout
 
 
+@pytest.mark.slow
 def test_sebulba_from_the_command_line(tmp_path):
     proc = podracer(
         "train",
@@ -175,6 +177,7 @@ def train_episodes(run_dir):
     return [r["episodes"] for r in records if r["kind"] == "train"]
 
 
+@pytest.mark.slow
 def test_env_param_run_and_resume_keep_memory_length(tmp_path):
     """``--env-param memory_length=3``: MemoryChain's episodes last 4 steps, so each update of
     4 envs x 32 steps counts exactly 32 episodes (the default's 6 steps would give 21 or 22);
@@ -211,6 +214,7 @@ def test_env_param_run_and_resume_keep_memory_length(tmp_path):
     assert train_episodes(run) == [32] * 36
 
 
+@pytest.mark.slow
 def test_resume_eval_and_plot_from_the_command_line(tmp_path, capsys):
     """Train and resume as subprocesses (as a user runs them); the refusal, ``eval`` and
     ``plot`` through ``podracer.cli.main`` in this process (the same code, without three more
@@ -264,6 +268,7 @@ def test_resume_eval_and_plot_from_the_command_line(tmp_path, capsys):
     assert out.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_sweep_from_the_command_line(tmp_path):
     run = tmp_path / "sweep"
     proc = podracer(
@@ -314,6 +319,7 @@ def test_sweep_refuses_resume_in_one_line(capsys):
     assert "--resume is not allowed in a sweep" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_population_from_the_command_line(tmp_path):
     run = tmp_path / "pop"
     common = [

@@ -252,6 +252,7 @@ def updates_on_mesh(agent, trajectories, devices):
     return state
 
 
+@pytest.mark.slow
 def test_normalised_learner_two_devices_equal_one(one_device, two_devices):
     agent, _ = build(NORMALISED, SPEC, 10, ObservationSpec((3,), np.float32))
     trajectories = [random_trajectory(seed) for seed in range(3)]
@@ -332,6 +333,7 @@ def latest_state(run_dir, spec):
     return state.learner
 
 
+@pytest.mark.slow
 def test_normaliser_resumes_bitwise_and_evaluation_leaves_it_alone(tmp_path):
     import os
     import shutil

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
+
 
 def podracer(*args, timeout=280):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

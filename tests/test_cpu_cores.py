@@ -70,6 +70,7 @@ def _leaves(state):
     return [numbers(x) for x in jax.tree.leaves((state.learner, state.key))]
 
 
+@pytest.mark.slow
 def test_members_on_the_cores_equal_members_on_one_device(monkeypatch):
     # map: each member computes what a run of its own computes, so the placement changes no
     # bit (vmap's equality to rounding is test_population's sharded-versus-unsharded test).
@@ -119,6 +120,7 @@ def test_one_member_splits_its_environments_over_the_cores_when_its_batch_is_lar
     assert dict(system.mesh.shape) == {"member": 2, "data": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(parallel.usable_cores() < 2, reason="needs two CPU cores")
 def test_the_command_line_runs_members_on_the_cores(tmp_path):
     seeds = 2

@@ -40,6 +40,7 @@ LOOPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", list(LOOPS))
 def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(arch, tmp_path, monkeypatch):
     """A healthy run saves update 4; resumed with a learning rate of 1e38 (config.json edited),

@@ -157,6 +157,7 @@ def examples_forgotten(monkeypatch):
             del sys.modules[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page, number, argv, prefix", CASES)
 @pytest.mark.usefixtures("examples_forgotten")
 def test_documented_command_passes_its_dry_run(page, number, argv, prefix, tmp_path, monkeypatch):

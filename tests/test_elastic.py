@@ -270,9 +270,13 @@ def procs():
 
 
 @pytest.fixture
-def ray_tmp():
-    # Short: Ray puts its sockets under it.
+def ray_tmp(monkeypatch):
+    # Short: Ray puts its sockets under it. RAY_TMPDIR: Ray's file naming the current cluster
+    # (/tmp/ray/ray_current_cluster by default) is this test's own, not shared with a Ray of
+    # the other xdist worker (one test failed when /tmp/ray went away under it).
     path = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    os.makedirs(os.path.join(path, "ray"))
+    monkeypatch.setenv("RAY_TMPDIR", path)
     yield path
     _kill_ray_processes(path)
     shutil.rmtree(path, ignore_errors=True)
@@ -325,6 +329,7 @@ def _final(proc, timeout):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @needs_ray
 @pytest.mark.timeout(600)  # a Ray, compiles, restarts: minutes on 2 busy cores
 def test_two_pods_survive_a_pod_sigkill(procs, ray_tmp, tmp_path):
@@ -384,6 +389,7 @@ def test_two_pods_survive_a_pod_sigkill(procs, ray_tmp, tmp_path):
     assert len(summary["final_scores"]) == 4 and summary["final_median_score"] is not None
 
 
+@pytest.mark.slow
 @needs_ray
 @pytest.mark.timeout(600)  # a Ray, compiles, restarts: minutes on 2 busy cores
 def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp_path):

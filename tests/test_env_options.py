@@ -264,6 +264,7 @@ def test_catch_params_resize_the_board():
     assert (env.default_params.rows, env.default_params.columns) == (6, 3)
 
 
+@pytest.mark.slow
 def test_anakin_trains_and_evaluates_on_the_masked_environment():
     """Anakin's rollout and evaluator build the masked CartPole (``recipe.make_env``): the
     network takes 2 inputs, one update runs, and the evaluator's episodes (greedy, untrained)

@@ -13,6 +13,8 @@ import pytest
 from podracer import agents, envs
 from podracer.anakin import AnakinConfig, train
 
+pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
+
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 

@@ -30,6 +30,8 @@ import pytest
 from podracer import cli
 from podracer.checkpoint import CHECKPOINT_DIR, Checkpointer
 
+pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
+
 LOOPS = {
     "anakin": ["--arch", "anakin", "--arch.num-envs", "8", "--agent.num-minibatches", "2"],
     "sebulba": ["--arch", "sebulba", "--env", "gymnax:CartPole-v1", "--arch.envs-per-actor", "8"],

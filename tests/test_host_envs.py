@@ -77,6 +77,7 @@ def test_cartpole_sync_constant_action_terminates_with_same_step_reset(make):
     assert episodes >= 8  # about 2 to 7 episodes per env in 60 steps
 
 
+@pytest.mark.slow
 def test_cartpole_balancing_reaches_time_limit_truncated(make):
     env = make("envpool:CartPole-v1", num_envs=2, seed=1)
     ts = env.reset()

@@ -64,6 +64,7 @@ def clean():
     return agent, params, traj
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["setup", "clean"])
 def test_loss_equals_a_time_major_reference(which, request):
     agent, params, traj = request.getfixturevalue(which)
@@ -136,6 +137,7 @@ def update_on(devices, config, traj, agent, optimizer):
     return state.params, new_state.params, metrics
 
 
+@pytest.mark.slow
 def test_two_devices_equal_one_device(one_device, two_devices):
     config = IMPALAConfig(anneal_lr=False, lr=1e-2, num_epochs=2)
     agent, optimizer = agents.build(config, 2, num_updates=1)

@@ -89,6 +89,7 @@ def test_two_devices_equal_one_device(agent_name, one_device, two_devices):
     assert moved > 1e-4
 
 
+@pytest.mark.slow
 def test_ppo_advantage_normalisation_uses_the_whole_batch(one_device, two_devices):
     """PPO's prepare under shard_map on 2 devices, the trajectory split along B and mean_fn a
     pmean over the axis (as make_learner builds it), gives what prepare gives on 1 device over
@@ -170,6 +171,7 @@ def test_minibatch_count_must_divide_the_batch():
         learner.update(state, traj)
 
 
+@pytest.mark.slow
 def test_unrolled_update_has_no_loops_and_equals_the_scanned_one():
     """``unroll=True`` (chosen for image torsos on CPU) is straight-line SGD: the compiled update
     keeps only the agent's own loop (GAE's scan), and computes what the scanned update does."""
@@ -204,6 +206,7 @@ class ShapeRecorder:
         return self.agent._replace(loss=self.loss)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("agent_name", "microbatch_steps", "slice_size"),
     [

@@ -57,6 +57,7 @@ def act(agent, acting, obs, key):
     return agent.act(acting, agent.initial_actor_state(n), obs, key)[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_one_legal_action_is_always_taken(name):
     agent, _, acting = built(CONFIGS[name])
@@ -178,6 +179,7 @@ def test_dict_observation_equals_the_same_numbers_flattened_by_hand():
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_leaf_torsos_give_an_entry_its_own_torso():
     config = PPOConfig(hidden_sizes=(16,), leaf_torsos=("board=minatar_cnn",), channels_first=False)
     env = MaskedChoice(NUM_ACTIONS)
@@ -204,6 +206,7 @@ def masked_choice_registered():
     envs._REGISTRY.pop("masked_choice", None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "impala", "dqn", "pqn", "qlambda"])
 def test_training_on_anakin_takes_only_legal_actions(masked_choice_registered, name):
     """An illegal action ends the episode with -10; with the mask every episode is the full
@@ -221,6 +224,7 @@ def test_training_on_anakin_takes_only_legal_actions(masked_choice_registered, n
     assert result.summary["final_return"] == pytest.approx(6.0)
 
 
+@pytest.mark.slow
 def test_training_on_sebulba_takes_only_legal_actions(masked_choice_registered):
     result = podracer.train(
         masked_choice_registered,

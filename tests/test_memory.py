@@ -36,6 +36,7 @@ def flax_reference(kind: str, size: int):
     return cell, mem.Recurrent(initial, None, lambda p, c, x: cell.apply(p, c, x), None, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_cell_sequences_equal_flax_cells_scanned_values_and_gradients(kind):
     T, B, E, H = 9, 3, 5, 6
@@ -127,6 +128,7 @@ def check_rerun(agent, net, params, traj, window):
     np.testing.assert_allclose(batch.steps.value, behaviour.value, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_the_learner_rerun_gives_the_behaviour_outputs_anakin(kind):
     env, _, agent, _, net = recurrent_ppo(kind, window=8)
@@ -143,6 +145,7 @@ def test_the_learner_rerun_gives_the_behaviour_outputs_anakin(kind):
     check_rerun(agent, net, params, traj, 8)
 
 
+@pytest.mark.slow
 def test_the_learner_rerun_gives_the_behaviour_outputs_sebulba_sync():
     env, _, agent, _, net = recurrent_ppo(window=8)
     params = agent.init(jax.random.key(0), jnp.zeros(4))
@@ -156,6 +159,7 @@ def test_the_learner_rerun_gives_the_behaviour_outputs_sebulba_sync():
         check_rerun(agent, net, params, jax.tree.map(jnp.asarray, traj), 8)
 
 
+@pytest.mark.slow
 def test_the_learner_rerun_gives_the_behaviour_outputs_sebulba_async():
     from podracer import host_envs
     from podracer.sebulba.system import AsyncCollector, Timers
@@ -313,6 +317,7 @@ def sequences_batch(config, agent, b=4, seed=0):
     )
 
 
+@pytest.mark.slow
 def test_burn_in_steps_get_exactly_zero_gradient():
     config, agent = r2d2(burn_in=5, sequence_length=6, n_step=2, batch_size=24)
     params = agent.init(jax.random.key(0), jnp.zeros(3))
@@ -333,6 +338,7 @@ def test_burn_in_steps_get_exactly_zero_gradient():
     assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(grads)) > 0
 
 
+@pytest.mark.slow
 def test_r2d2_priorities_and_loss_equal_numpy():
     """The loss on a window equals a NumPy recomputation from the network's own q-values: the
     n-step double-Q targets cut at episode ends and at the window's end, bootstrapped from the
@@ -396,6 +402,7 @@ def test_r2d2_priorities_and_loss_equal_numpy():
     np.testing.assert_allclose(out.priority, priority, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config",
     [
@@ -501,6 +508,7 @@ def test_no_window_crosses_a_break_in_the_streams():
     assert break_streams(("items",)) == ("items",)
 
 
+@pytest.mark.slow
 def test_uniform_priorities_never_sample_empty_slots():
     """priority_exponent 0 asks for uniform sampling: 0 ** 0 must not give the empty slots
     (items) or the windows not yet whole a weight."""

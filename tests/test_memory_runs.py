@@ -31,6 +31,7 @@ def latest_state(spec, run_dir, devices):
     return state, meta
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "agent, agent_config",
     [
@@ -86,6 +87,7 @@ def test_anakin_resume_with_memory_is_bitwise_exact(tmp_path, agent, agent_confi
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_sebulba_resume_with_memory_restores_the_uninterrupted_state(tmp_path, two_devices):
     """Deterministic Sebulba with a recurrent agent: the checkpoint of a run stopped at update 2
     is bitwise the uninterrupted run's state at update 2 (the actors' carries start afresh with
@@ -130,6 +132,7 @@ def test_sebulba_resume_with_memory_restores_the_uninterrupted_state(tmp_path, t
     assert params_checksum(final.learner.params) == resumed["params_checksum"]
 
 
+@pytest.mark.slow
 def test_a_population_with_memory_keeps_each_members_carries(tmp_path):
     """A tournament over recurrent PPO members: each member acts with its own carries (the
     state holds [members, envs, memory]), and greedy evaluation runs with carries."""

@@ -120,6 +120,7 @@ MEMORY_ARGS = [  # a GRU: each device's 2 environments carry their own, 2 miniba
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("memory", [False, True], ids=["feed-forward", "gru"])
 def test_anakin_two_processes_equal_one_process_of_four_devices(tmp_path, memory):
     """2 processes x 2 devices (one 4-device mesh over both) end with the params of 1 process x 4
@@ -188,6 +189,7 @@ POPULATION_ARGS = [
 ]
 
 
+@pytest.mark.slow
 def test_population_split_over_two_processes_equals_one_process(tmp_path):
     """4 members over 2 processes of 1 device each (2 members per process; the tournament's
     copies cross processes) end as on 1 process with the members over its 2 devices."""
@@ -268,6 +270,7 @@ def test_sebulba_two_processes_learn_envpool_cartpole_with_equal_params(tmp_path
     assert first["final_return"] >= 150.0  # random play: about 22
 
 
+@pytest.mark.slow
 def test_sebulba_population_in_two_processes(tmp_path):
     """A Sebulba population of 4 members over 2 processes: every update takes both processes'
     environments of every member, the tournament runs on the learner of each with the same
@@ -295,6 +298,7 @@ def test_sebulba_population_in_two_processes(tmp_path):
     assert [json.loads(b)["updates"] for b in boards] == [2, 4, 6]
 
 
+@pytest.mark.slow
 def test_anakin_resume_across_two_processes_is_exact(tmp_path):
     """Checkpoints are collective (every process writes its shards, ``docs/scaling.md``): two
     processes that stop half-way and resume end bitwise where two processes that never stopped
@@ -329,6 +333,7 @@ NATIVE_TRACE = ("Check failure", "*** ", "Fatal Python error", "Traceback", "ter
 FAULT_TIMEOUT_S = 20  # a third of the default: a frozen peer is found in about half of it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "victim"),
     [("killed", 1), ("frozen", 1), ("killed", 0)],
@@ -399,6 +404,7 @@ def test_a_dead_or_frozen_process_ends_the_other_within_the_timeout(tmp_path, ho
     assert not [line for line in message.splitlines() if line[:1] in "FE" and line[1:5].isdigit()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flag", "values", "field"),
     [
@@ -534,6 +540,7 @@ def test_cli_rejects_bad_process_flags(capsys):
     assert "--process-id=2 is not allowed" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_launch_local_exits_with_a_failing_process_status(tmp_path):
     status, lines, err = _launch(2, ["--total-timesteps", "0"], tmp_path, 1, timeout_s=120)
     assert status == 2 and lines == []

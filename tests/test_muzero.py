@@ -95,6 +95,7 @@ def searched(request, two_devices):
     return alone, split
 
 
+@pytest.mark.slow
 def test_the_search_picks_the_better_action_and_its_weights_favour_it(searched):
     alone, _ = searched
     action, weights = np.asarray(alone.action), np.asarray(alone.weights)
@@ -328,6 +329,7 @@ def close(x, y):
     return all(np.allclose(x[name], y[name], rtol=1e-5, atol=1e-6) for name in x)
 
 
+@pytest.mark.slow
 def test_reanalyse_targets_are_the_target_params_search_on_the_stored_observations(reanalysed):
     """With a fraction of 0.5 the loss (each of its terms) equals the loss without reanalyse on
     windows whose first half stores a fresh search with the target params (the same key) and
@@ -408,6 +410,7 @@ SMALL = dict(
 )
 
 
+@pytest.mark.slow
 def test_anakin_resume_is_bitwise_exact_buffer_included(tmp_path):
     one = jax.devices()[:1]
     spec = runs.RunSpec(
@@ -439,6 +442,7 @@ def test_anakin_resume_is_bitwise_exact_buffer_included(tmp_path):
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_sebulba_muzero_runs_on_gymnasium_cartpole(tmp_path):
     """Sebulba MuZero on gymnasium's CartPole (one device for actor and learner, tiny sizes):
     the run ends, its actors searched, its learner updated on windows (a finite loss), and its

@@ -34,6 +34,7 @@ def test_mlp_flattens_and_casts_observations():
     assert mlp.apply(params, board).dtype == jnp.float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("torso", "features", "flat"),
     [(NatureCNN, 512, 7 * 7 * 64), (ImpalaResNet, 256, 11 * 11 * 32)],

@@ -71,6 +71,7 @@ def test_the_cpu_gradient_is_the_one_taken_and_other_convs_fall_back():
     )
 
 
+@pytest.mark.slow
 def test_impala_resnet_gradient_equals_the_flax_default_conv(monkeypatch):
     """The torso with podracer's convolutions has the same outputs and gradients as with
     flax's default convolution (``lax.conv_general_dilated``)."""

@@ -65,6 +65,7 @@ def assert_png(path):
     assert not np.all(pixels == pixels[0, 0])
 
 
+@pytest.mark.slow
 def test_learning_curves_shapes_and_nulls(tmp_path):
     run = write_run(tmp_path / "run", null_at=(2, 1), truncated=True)
     (curve,) = plotting.learning_curves([run])

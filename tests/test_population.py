@@ -101,6 +101,7 @@ def small_population():
     return config, system, system.init(0)
 
 
+@pytest.mark.slow
 def test_tournament_step_copies_params_and_optimizer_state_exactly(small_population):
     config, system, state = small_population
     state, _ = system.make_step(1)(jax.tree.map(jnp.copy, state))  # moments are non-zero
@@ -234,6 +235,7 @@ def run_population(config, devices, anakin=SMALL, hparams=None, seed=0):
     )
 
 
+@pytest.mark.slow
 def test_tournament_off_members_are_independent_runs():
     off = pop.PopulationConfig(size=4, interval=2, tournament=False, eval_episodes=2)
     devices = jax.devices()[:1]
@@ -254,6 +256,7 @@ def test_tournament_off_members_are_independent_runs():
     # (vmap) and bit for bit (member_loop="map").
 
 
+@pytest.mark.slow
 def test_population_sharded_over_two_devices_equals_unsharded(two_devices):
     config = pop.PopulationConfig(size=4, interval=2, init=("lr=1e-4:1e-2",), eval_episodes=2)
     one = run_population(config, two_devices[:1])
@@ -379,6 +382,7 @@ def assert_member_is_run(result, i, alone, exact):
     assert alone.history["episodes"][0].sum() > 0
 
 
+@pytest.mark.slow
 def test_member_loop_map_members_equal_separate_runs_bitwise(separate_runs):
     """The issue's exact setting: tournament off, members one after another (lax.map), one
     device — member i IS the run with seed i and its lr, clip_eps, gamma and ent_coef."""
@@ -388,6 +392,7 @@ def test_member_loop_map_members_equal_separate_runs_bitwise(separate_runs):
         assert_member_is_run(result, i, alone, exact=True)
 
 
+@pytest.mark.slow
 def test_vmapped_members_with_traced_clip_gamma_ent_match_separate_runs(separate_runs):
     """The default (vmap): the same members agree with their separate runs to rounding (the
     batched bias-gradient sums round differently, docs/design.md), and not bitwise."""
@@ -405,6 +410,7 @@ def test_vmapped_members_with_traced_clip_gamma_ent_match_separate_runs(separate
     assert any(differs)  # if this fails, vmap became exact: docs/design.md should say so
 
 
+@pytest.mark.slow
 def test_one_member_population_is_the_single_run_bitwise(separate_runs):
     result = tiny_population("vmap", hparams={k: v[:1] for k, v in HPARAMS.items()})
     assert_member_is_run(result, 0, separate_runs[0], exact=True)

@@ -158,6 +158,7 @@ def test_equal_weight_without_cost_is_the_mean_return_product():
     np.testing.assert_allclose(equal_weight(close, 1e6, 0.0), expected, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_equal_weight_with_cost_solves_the_fixed_point():
     close = random_close(3, num_assets=5, vol=0.03)
     cash, cost = 1e6, 0.01
@@ -249,6 +250,7 @@ def test_min_variance_weights_two_independent_assets():
     np.testing.assert_allclose(min_variance_weights(returns), inverse.sum(1) / inverse.sum())
 
 
+@pytest.mark.slow
 def test_min_variance_beats_equal_weight_on_variance():
     rng = np.random.default_rng(8)
     returns = rng.normal(0.0003, 1.0, size=(399, 3)) * [0.01, 0.012, 0.08]

@@ -173,6 +173,7 @@ def test_sebulba_pqn_learns_envpool_cartpole_from_the_command_line(tmp_path):
     assert summary["final_return"] >= 400.0, summary
 
 
+@pytest.mark.slow
 def test_minatar_gets_the_papers_network_and_settings_from_the_command_line(tmp_path):
     """``--env gymnax:*-MinAtar`` applies PQN's minatar preset (the MinAtar CNN over [H, W, C]
     frames, 128 envs x 32 steps, ...) under the user's flags, and says so."""

@@ -204,6 +204,7 @@ def test_two_devices_equal_one_device_for_an_off_policy_update(one_device, two_d
     np.testing.assert_allclose(m1["loss"], m2["loss"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_sebulba_trains_dqn_with_the_learner_make_learner_built(monkeypatch, two_devices):
     from podracer.agents import dqn
     from podracer.agents import spec as agent_spec
@@ -239,6 +240,7 @@ def test_sebulba_trains_dqn_with_the_learner_make_learner_built(monkeypatch, two
     assert np.isfinite(result.summary["params_checksum"])
 
 
+@pytest.mark.slow
 def test_a_resumed_run_restores_the_buffer_bitwise(tmp_path):
     import os
     import shutil
@@ -326,6 +328,7 @@ def test_dqn_learns_cartpole_from_the_command_line(tmp_path):
     assert summary["final_return"] >= 300.0, summary
 
 
+@pytest.mark.slow
 def test_a_dqn_tournament_carries_its_buffers_and_hyper_parameters(tmp_path):
     """A population of DQN members over lr and the final exploration rate: each member keeps
     its own buffer; a tournament copies the winner's params, target network and buffer."""

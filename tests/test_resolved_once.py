@@ -55,6 +55,7 @@ def main(argv, capsys) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_sebulba_atari_run_resolves_once_with_its_options(calls, tmp_path, capsys):
     """A Sebulba IMPALA run of envpool Breakout at 64 x 64 frames (--env-param) through the
     command line: one parse, one agent look-up, and two host environments (the probe's and the
@@ -111,6 +112,7 @@ def test_a_sebulba_atari_run_resolves_once_with_its_options(calls, tmp_path, cap
         assert tuple(env.observation_spec.shape) == (4, 64, 64)  # envpool's default: 84 x 84
 
 
+@pytest.mark.slow
 def test_an_anakin_population_builds_its_environment_once(calls, tmp_path, capsys):
     """An Anakin population of 4 with its tournament every update and the run's evaluation
     every 2 updates: the JAX environment is built once (the probe's), and the rollout, the
@@ -159,6 +161,7 @@ def test_an_anakin_population_builds_its_environment_once(calls, tmp_path, capsy
     assert calls.count("make") == 0  # no host environment
 
 
+@pytest.mark.slow
 def test_a_sweep_dry_run_resolves_once(calls, tmp_path, capsys):
     """``podracer sweep --dry-run``: the grid's flags taken out, the rest parsed once, the
     agent looked up once, the environment built once."""

@@ -82,6 +82,7 @@ def test_config_round_trip(tmp_path):
     assert runs.spec_from_dict(data).env_options == EnvOptions()
 
 
+@pytest.mark.slow
 def test_env_options_are_saved_and_kept_by_resume_and_eval(tmp_path, two_devices):
     """A Sebulba run on envpool's CartPole with ``max_episode_steps=10`` and positions only
     (``observe=(0, 2)``): the actors and the evaluator see 2 entries (the network's first layer
@@ -398,6 +399,7 @@ def test_saving_and_restoring_never_collect_tensorstore_metrics(tmp_path, monkey
     assert calls == []
 
 
+@pytest.mark.slow
 def test_orbax_resolves_a_local_directory_spec_as_tensorstore_does(tmp_path):
     """orbax's module gets a ``tensorstore`` whose ``KvStore.Spec(spec).to_json()`` answers a
     plain local-file spec without TensorStore (whose call leaks): the answer must be
@@ -419,6 +421,7 @@ def test_orbax_resolves_a_local_directory_spec_as_tensorstore_does(tmp_path):
     assert resolved.to_json() == tensorstore.KvStore.Spec(memory).to_json()
 
 
+@pytest.mark.slow
 def test_evaluate_the_best_checkpoint(straight_run, capsys):
     run_dir, _ = straight_run
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -564,6 +567,7 @@ def test_damaged_checkpoint_is_reported_and_the_previous_one_used(straight_run, 
     assert result["updates"] == 4 and result["episodes"] == 2 * 2
 
 
+@pytest.mark.slow
 def test_evaluate_run_reports_returns(straight_run):
     run_dir, _ = straight_run
     result = runs.evaluate_run(run_dir, episodes=4)

@@ -38,6 +38,7 @@ def test_squashed_log_prob_equals_distrax_transformed():
     )
 
 
+@pytest.mark.slow
 def test_each_loss_moves_only_its_own_parameters():
     spec = BoundedActionSpec((1,), low=-2.0, high=2.0)
     agent, _ = build(

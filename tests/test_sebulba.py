@@ -147,6 +147,7 @@ def podracer_threads():
     return [t.name for t in threading.enumerate() if t.name.startswith("podracer-")]
 
 
+@pytest.mark.slow
 def test_deterministic_mode_reproduces_a_run():
     a = sebulba(small(actors_per_device=2))
     b = sebulba(small(actors_per_device=2))
@@ -224,6 +225,7 @@ class FailingEnv:
         return self._inner.step(actions)
 
 
+@pytest.mark.slow
 def test_environment_error_reaches_the_main_thread():
     def make_env(i):
         return FailingEnv(JaxHostEnvironment(envs.make("catch"), 4, seed=i), fail_at=30)
@@ -251,6 +253,7 @@ def explode_after(n, message):
     return lambda x: jax.pure_callback(check, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
 
 
+@pytest.mark.slow
 def test_actor_and_learner_errors_reach_the_main_thread():
     agent, _ = build(PPOConfig(num_epochs=1, num_minibatches=1), 3, num_updates=6)
     actor_bomb = explode_after(40, "actor exploded")
@@ -398,6 +401,7 @@ def test_async_collector_matches_each_env_log(stateful):
     env.env.close()
 
 
+@pytest.mark.slow
 def test_atari_smoke_impala_breakout_two_actor_threads():
     from podracer.agents.impala import IMPALAConfig
     from podracer.sebulba import train
@@ -452,6 +456,7 @@ def test_sebulba_impala_learns_envpool_cartpole():
     assert result.summary["final_return"] >= 400.0
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_thread():
     import _thread
 

@@ -11,6 +11,8 @@ import pytest
 from podracer.agents import PPOConfig
 from podracer.sebulba import SebulbaConfig
 
+pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
+
 
 def config():
     return SebulbaConfig(

@@ -219,6 +219,7 @@ def _spec():
     return agents.get("ppo"), PPO
 
 
+@pytest.mark.slow
 def test_sebulba_population_resumes_exactly(tmp_path, two_devices):
     """A 4-member Sebulba population with its tournament (deterministic mode): the state a run
     stopped at update 4 saved is the whole run's state at update 4 (params, hyper-parameters,

@@ -130,6 +130,7 @@ def rollouts(env):
     return args, ours, theirs
 
 
+@pytest.mark.slow
 def test_parity_with_craftax_over_auto_resets(rollouts):
     _, (first, traj), (lib_first, lib) = rollouts
     np.testing.assert_array_equal(first.obs, lib_first)
@@ -163,6 +164,7 @@ def test_parity_with_craftax_over_auto_resets(rollouts):
     assert not same[done].any()
 
 
+@pytest.mark.slow
 def test_step_batch_equals_step_vmapped(env, rollouts):
     """The batch step resets only the ended episodes (a switch on how many: none, one of the 4,
     or all): the same values as the step vmapped, which resets every environment."""
@@ -237,6 +239,7 @@ def _texture_cache_built() -> bool:
     return os.path.exists(constants.TEXTURE_CACHE_FILE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "num_actions", "shape", "trace"),
     [

@@ -28,6 +28,7 @@ SPEC = runs.RunSpec(
 )
 
 
+@pytest.mark.slow
 def test_seeds_on_two_devices_resume_exactly_and_evaluate(tmp_path, two_devices):
     straight, _ = straight_and_resumed(SPEC, tmp_path, two_devices, [2, 4])
     evaluated = runs.evaluate_run(straight, episodes=2)
@@ -35,6 +36,7 @@ def test_seeds_on_two_devices_resume_exactly_and_evaluate(tmp_path, two_devices)
     assert 0 <= evaluated["min"] <= evaluated["mean"] <= evaluated["max"]  # fruits eaten
 
 
+@pytest.mark.slow
 def test_population_tournament_on_dict_observations(one_device):
     config = pop.PopulationConfig(size=2, interval=2, fraction=0.5, eval_episodes=1)
     result = pop.train(

@@ -215,6 +215,7 @@ def sharded_rollout(env, check_vma):
     return sharded, placed
 
 
+@pytest.mark.slow
 def test_runs_inside_shard_map_as_under_jit(env, rollouts):
     """Unchecked, as Anakin runs it (the environment's check_vma = False); Snake traces in a
     checked shard_map too."""

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 

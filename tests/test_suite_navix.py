@@ -98,6 +98,7 @@ def rollouts(env):
     return args, ours, theirs
 
 
+@pytest.mark.slow
 def test_parity_with_navix_over_auto_resets(rollouts):
     _, (first, traj), (lib_first, lib) = rollouts
     np.testing.assert_array_equal(first.obs, lib_first)

@@ -136,6 +136,7 @@ def rollouts(env):
     return args, ours, theirs
 
 
+@pytest.mark.slow
 def test_parity_with_playground_over_auto_resets(rollouts):
     _, (first, traj), (lib_first, lib) = rollouts
     np.testing.assert_array_equal(first.obs, lib_first)
@@ -172,6 +173,7 @@ def test_parity_with_playground_over_auto_resets(rollouts):
     assert not same[done].any()
 
 
+@pytest.mark.slow
 def test_inside_shard_map(env, rollouts):
     """MJX's solver and Playground's substep loop build carries and cond branches from
     constants, which shard_map's varying-axes check refuses against per-device values: the
@@ -308,6 +310,7 @@ def test_locomotion_without_menagerie_says_how_to_fetch_it():
     assert mjx_env.EXTERNAL_DEPS_PATH.exists() == deps  # no clone was started
 
 
+@pytest.mark.slow
 def test_a_run_checkpoints_and_resumes_exactly(tmp_path, one_device):
     """A training run on MuJoCo Playground with checkpoints (MJX's state holds arrays of no
     elements, which orbax refuses alone: podracer.checkpoint stores them as nothing), resumed

@@ -128,6 +128,7 @@ def rollouts(env):
     return args, jax.jit(compare)(*args)
 
 
+@pytest.mark.slow
 def test_parity_with_popgym_arcade_over_auto_resets(rollouts):
     _, (images, first, traj, lib) = rollouts
     for name in ("first", "first_final", "obs", "final_obs"):
@@ -238,6 +239,7 @@ def test_breakout_time_limit_is_a_truncation():
     np.testing.assert_array_equal(truncated, [False, False, True, False])  # and reset
 
 
+@pytest.mark.slow
 def test_specs_and_options(env, rollouts):
     _, (images, _, _, _) = rollouts
     assert env.id == f"popgym_arcade:{NAME}"

@@ -38,6 +38,7 @@ def assert_close(a, b):
         np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_four_seed_sweep_equals_four_separate_runs():
     grid = sweeps.Grid(values={}, seeds=4)
     result, rows = sweeps.sweep_in_one_program(
@@ -61,6 +62,7 @@ def test_four_seed_sweep_equals_four_separate_runs():
         np.testing.assert_array_equal(result.history["episodes"][i], alone.history["episodes"][0])
 
 
+@pytest.mark.slow
 def test_hyper_parameters_are_traced_per_member():
     grid = sweeps.Grid(values={"lr": (1e-3, 3e-4), "ent_coef": (0.0, 0.05)}, seeds=1)
     result, rows = sweeps.sweep_in_one_program(

@@ -8,6 +8,8 @@ import pytest
 from podracer import cli
 from podracer.envs import trading
 
+pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
+
 # One asset with a strong drift (0.8 a year), four that lose 0.1 a year: in both periods.
 PLANTED = {
     "num_assets": 5,

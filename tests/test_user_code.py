@@ -153,6 +153,7 @@ def podracer(cwd, *args, timeout=240):
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_user_agent_and_env_train_resume_and_evaluate(user_dir):
     (summary,) = podracer(
         user_dir,
@@ -186,6 +187,7 @@ def test_user_agent_and_env_train_resume_and_evaluate(user_dir):
     assert evaluation["mean"] == 1.0  # the greedy policy walks straight to the goal
 
 
+@pytest.mark.slow
 def test_user_agent_sweeps_and_populations(user_dir):
     rows = podracer(
         user_dir,
@@ -228,6 +230,7 @@ def test_user_agent_sweeps_and_populations(user_dir):
     assert summary["final_best_score"] == 1.0
 
 
+@pytest.mark.slow
 def test_unknown_user_paths_are_one_line_errors(user_dir):
     for args, culprit in (
         (("--agent", "no_module:SPEC"), "no module named 'no_module'"),
