@@ -447,6 +447,7 @@ def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp
 JOIN_UPDATES = 120
 
 
+@pytest.mark.slow
 @needs_ray
 @pytest.mark.timeout(600)  # a Ray, compiles, restarts: minutes on 2 busy cores
 def test_a_node_that_joins_gets_a_pod_from_the_leaderboard_and_its_removal_is_survived(
