@@ -187,8 +187,10 @@ class SequenceFields:
 
     sequence_window: int = 0
     """With memory: steps per sequence the learner re-runs, each from the carry acting
-    recorded at its first step (0: the whole rollout; else a divisor of the rollout length).
-    Minibatches are whole sequences, in time order."""
+    recorded at its first step (0: the whole rollout, or where a device holds too few
+    environments for num_minibatches, the longest window that splits into them, which the
+    plan prints; else a divisor of the rollout length). Minibatches are whole sequences, in
+    time order."""
 
     def check_sequences(self) -> None:
         """Validates the field (call it from ``__post_init__``)."""
