@@ -110,6 +110,58 @@ def _spec(population: int = 4):
     return spec
 
 
+def test_two_pods_in_this_process_report_copy_and_their_best_member_evaluates(tmp_path):
+    """Without Ray: two :class:`~podracer.elastic.Pod` objects (plain classes) run in turn
+    against one in-process leaderboard, the second joining with copies of the first's best.
+    Every report is acknowledged once, the joined pod starts from seeded members, and the best
+    member reloads with the checksum its row records and plays episodes."""
+    from podracer import cli, runs
+
+    # 2 members a pod, 256 steps of 2 x 16: 8 updates, 2 reports a pod
+    spec, _ = cli.run_spec([*SMALL, "--population", "4", "--total-timesteps", "256"])
+    run_dir = str(tmp_path / "run")
+    runs.save_spec(run_dir, spec)
+    layout = {"config": {"pods": 2}, "pods": [{"pod": p, "members": 2} for p in (0, 1)]}
+    with open(os.path.join(run_dir, elastic.ELASTIC_FILE), "w") as f:
+        json.dump(layout, f)  # the driver's layout file, as it writes it
+    board = elastic.Leaderboard(run_dir, spec.to_dict(), top_k=2)
+    first = elastic.Pod(run_dir, spec.to_dict(), 0, 2, board).train()
+    assert first["pod"] == 0 and first["updates"] == 8 and first["reports"] == 2
+    assert first["start_update"] == 0
+    joined = elastic.Pod(run_dir, spec.to_dict(), 1, 2, board, join=True).train()
+    assert joined["reports"] == 2 and joined["replaced"] >= 1  # seeded from pod 0's members
+    rows = elastic.read_jsonl(os.path.join(run_dir, "leaderboard.jsonl"))
+    ids = [r["id"] for r in rows]
+    assert ids == [f"pod{p}-u{u}" for p in (0, 1) for u in (4, 8)]
+    info = elastic.Pod(run_dir, spec.to_dict(), 0, 2, board).info()
+    assert info["pod"] == 0 and info["pid"] == os.getpid() and info["node"] is None
+    # a pod started again finds its checkpoint at the end and reports nothing more
+    again = elastic.Pod(run_dir, spec.to_dict(), 0, 2, board).train()
+    assert again["start_update"] == 8 and again["reports"] == 0
+    state, meta = elastic.load_best(run_dir)
+    row = next(r for r in rows if r["id"] == meta["record"])
+    member = next(m for m in row["members"] if m["score"] == meta["score"])
+    assert elastic.checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
+    result = elastic.evaluate_best(run_dir, episodes=2)
+    assert result["record"] == meta["record"] and result["episodes"] == 2
+    assert 1.0 <= result["mean"] <= 500.0  # CartPole-v1 returns
+
+
+@needs_ray
+def test_an_elastic_dry_run_checks_and_plans_without_starting_ray(tmp_path, capsys):
+    from podracer import cli
+
+    run_dir = str(tmp_path / "r")
+    argv = ["train", *SMALL, "--population", "4", "--pods", "2", "--run-dir", run_dir]
+    assert cli.main([*argv, "--dry-run"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plan["dry_run"] is True and plan["config"]["population"]["size"] == 4
+    assert not os.path.exists(run_dir)
+    five = ["train", *SMALL, "--population", "4", "--pods", "5", "--dry-run"]
+    assert cli.main(five) == 2  # 4 members in 5 pods
+    assert "pods" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_leaderboard_acknowledges_each_record_once_and_keeps_the_top_k(tmp_path):
     spec = _spec()
     run_dir = str(tmp_path)

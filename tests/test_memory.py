@@ -36,7 +36,6 @@ def flax_reference(kind: str, size: int):
     return cell, mem.Recurrent(initial, None, lambda p, c, x: cell.apply(p, c, x), None, None)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_cell_sequences_equal_flax_cells_scanned_values_and_gradients(kind):
     T, B, E, H = 9, 3, 5, 6

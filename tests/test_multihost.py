@@ -759,3 +759,39 @@ def test_only_a_multi_process_run_s_other_processes_are_supervised(monkeypatch):
     assert not supervisor.wanted(["--agent", "ppo"])
     monkeypatch.setenv(supervisor.SUPERVISED, "1")
     assert not supervisor.wanted([*multi, "1"])
+
+
+def test_the_supervisor_runs_the_command_as_a_child_and_passes_its_status_and_errors(capfd):
+    """``supervisor.run``: the child is ``podracer train ARGV``; its stderr passes through and
+    its exit status is the supervisor's (a bad flag: 2, with podracer's one line)."""
+    from podracer import supervisor
+
+    assert supervisor.run(["--agent", "nope", "--quiet"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("podracer: error: ") and "nope" in err[-1]
+
+
+def test_the_supervisor_turns_the_runtimes_abort_at_a_lost_coordinator_into_its_line(
+    tmp_path, monkeypatch, capfd
+):
+    """A child that the runtime aborts (SIGABRT) after the coordinator's loss: the supervisor
+    holds the runtime's lines back, prints podracer's line naming the run directory to resume,
+    and exits with PEER_LOST_EXIT_CODE. The child here is a stand-in script that writes what
+    the JAX runtime writes and aborts itself."""
+    from podracer import supervisor
+
+    child = tmp_path / "python"
+    child.write_text(
+        "#!/bin/sh\n"
+        "echo 'podracer-run-dir: runs/x' >&2\n"
+        "echo 'F1206 10:18:07.000002   27205 client.h:80] Terminating process because the JAX "
+        "distributed service detected fatal errors. UNAVAILABLE: Failed to send RPC to "
+        "coordination service' >&2\n"
+        "kill -ABRT $$\n"
+    )
+    child.chmod(0o755)
+    monkeypatch.setattr(supervisor.sys, "executable", str(child))
+    multi = ["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "1"]
+    assert supervisor.run(multi) == parallel.PEER_LOST_EXIT_CODE
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [supervisor.message(1, 2, "127.0.0.1:1234", "runs/x")]

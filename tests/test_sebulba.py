@@ -485,3 +485,12 @@ def test_ctrl_c_stops_every_thread():
         timer.join(5)
         signal.signal(signal.SIGINT, previous)
     assert not podracer_threads()
+
+
+def test_removed_names_say_what_replaced_them():
+    import podracer.sebulba as sebulba
+
+    with pytest.raises(AttributeError, match=r"make_act was removed: .*host_act"):
+        sebulba.make_act  # noqa: B018
+    with pytest.raises(AttributeError, match=r"has no attribute 'nothing'"):
+        sebulba.nothing  # noqa: B018

@@ -226,7 +226,6 @@ def test_evaluations_play_the_validation_period_on_both_loops():
     actor.close()
 
 
-@pytest.mark.slow
 def test_sebulba_trains_on_trading_and_its_run_backtests(tmp_path, capsys):
     """The JAX environment stepped on Sebulba's host: PPO trains from the command line, and
     ``podracer backtest`` plays its learner's params over the test period."""
