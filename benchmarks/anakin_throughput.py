@@ -26,7 +26,7 @@ from jsonl import emit
 
 from podracer import envs
 from podracer.agents import PPOConfig, QLambdaConfig
-from podracer.anakin import AnakinConfig, build, choose_updates_per_call, run
+from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run
 from podracer.core.rollout import reset_envs
 from podracer.types import BoundedActionSpec
 

@@ -16,7 +16,7 @@ Configurations (``--only``, comma-separated):
 - ``trading``: Anakin PPO on ``trading:synthetic`` (30 assets; preset ``trading``), the preset's
   32 envs and 3e5 steps on CPU, 2,048 envs and about 2e6 steps on an accelerator.
 
-Agent and loop values are the family's preset (:func:`podracer.presets.preset_for`, what
+Agent and loop values are the family's preset (:func:`podracer.loops.presets.preset_for`, what
 ``podracer train`` applies); ``--num-envs`` and ``--total-steps`` override them.
 
 One JSON line per configuration on stdout: ``sps`` (training steps per second, after compiling),
@@ -53,9 +53,10 @@ from anakin_throughput import random_actions
 from jsonl import emit
 
 import podracer
-from podracer import agents, envs, host_envs
+from podracer import agents, envs
+from podracer.envs import host as host_envs
 from podracer.core.rollout import reset_envs
-from podracer.presets import preset_for
+from podracer.loops.presets import preset_for
 from podracer.types import BoundedActionSpec
 
 
@@ -237,7 +238,7 @@ def curve_from_history(
 def curve_from_run(run_dir: str | Path, label: str | None = None) -> LearningCurve:
     """A run directory's curve: its ``metrics.jsonl`` ``"train"`` records' ``step`` and
     ``episode_return`` (records with no return yet are left out)."""
-    from podracer.plotting import read_config, read_metrics
+    from podracer.runs.plotting import read_config, read_metrics
 
     records = [
         r

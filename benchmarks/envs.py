@@ -17,7 +17,7 @@ is skipped with a line on stderr. The environments step as the loops step them
 One JSON line per family and environment count on stdout: ``env_only_sps`` (the environments
 alone with uniformly random legal actions, vmapped and scanned as Anakin scans them, updates x
 time, measured after compiling), ``env_compile_s``, ``sps`` (Anakin PPO's training steps per
-second, after compiling; the family's PPO preset, :func:`podracer.presets.preset_for`, with
+second, after compiling; the family's PPO preset, :func:`podracer.loops.presets.preset_for`, with
 ``num_envs`` and ``rollout_len`` set here), ``compile_s``, ``ratio`` (``sps / env_only_sps``),
 ``peak_rss_mb`` (the process's peak so far; on an accelerator also ``peak_device_mb``) and
 what was run (``env``, ``num_envs``, ``rollout_len``, ``jax``, ``backend``, ``device_kind``).
@@ -36,9 +36,9 @@ from jsonl import emit
 
 import podracer
 from podracer import agents, envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.networks import ILLEGAL, legal_actions
-from podracer.presets import preset_for
+from podracer.loops.presets import preset_for
 from podracer.types import BoundedActionSpec, split_action_mask, step_batch
 
 FAMILIES: dict[str, str] = {

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig, build
+from podracer.loops.anakin import AnakinConfig, build
 from podracer.core import learner as learner_module
 from podracer.loops.common import check_finite
 

@@ -110,7 +110,7 @@ if [ "$MUZERO_S" -gt 0 ]; then
   for game in Breakout Pong; do
     timed "muzero $game ($((MUZERO_S / 2)) s)" \
       timeout --signal=INT --kill-after=15 $((MUZERO_S / 2 - 15)) \
-      "$PY" -m podracer.cli train --arch sebulba --agent muzero --env "envpool:$game-v5" \
+      "$PY" -m podracer.cli.main train --arch sebulba --agent muzero --env "envpool:$game-v5" \
       --agent.torso muzero_resnet --agent.buffer-size 100000 --agent.learning-starts 4096 \
       --arch.envs-per-actor 64 --arch.rollout-len 32 --arch.actor-device-ids 0 \
       --arch.learner-device-ids 0 --total-timesteps 2000000 --eval-interval 0 --no-tensorboard \

@@ -41,7 +41,7 @@ LOOPS = {
 
 def command(run_dir: Path, arch: str, updates: int, resume: bool) -> list[str]:
     total = str(8 * 16 * updates)
-    base = [sys.executable, "-m", "podracer.cli", "train"]
+    base = [sys.executable, "-m", "podracer.cli.main", "train"]
     if resume:
         return [*base, "--resume", str(run_dir), "--total-timesteps", total, "--quiet"]
     return [
@@ -80,7 +80,7 @@ def step_names(run_dir: Path) -> list[str]:
 
 def complete_steps(run_dir: Path) -> list[int]:
     """The steps orbax lists as complete (what a resume chooses from)."""
-    from podracer.checkpoint import Checkpointer
+    from podracer.runs.checkpoint import Checkpointer
 
     with Checkpointer(str(run_dir)) as checkpointer:
         return checkpointer.steps()

@@ -9,7 +9,7 @@ over slices), on the default backend.
         --jax-conv-grad --num-envs 2 --repeats 1  # JAX's conv gradient in loops (minutes)
 
 XLA:CPU runs JAX's convolution backward passes inside loops much slower than the same computation
-outside one (jax-ml/jax#12868; ``podracer.ops`` gives the IMPALA ResNet a gradient that does not
+outside one (jax-ml/jax#12868; ``podracer.util.ops`` gives the IMPALA ResNet a gradient that does not
 suffer from it, ``--jax-conv-grad`` takes JAX's), and over a large batch slower per frame than over
 a small one; this measures both on the batch Sebulba's Breakout benchmark uses (16 environments x 32
 steps of 4 x 84 x 84 uint8 frames). One JSON line per configuration with the seconds per update
@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import agents, ops
+from podracer import agents
+from podracer.util import ops
 from podracer.core.learner import make_learner
 from podracer.types import ActorOutput, Trajectory
 
@@ -146,7 +147,7 @@ def main(argv=None) -> None:
         "--jax-conv-grad",
         action="store_true",
         help="the convolutions' gradient as JAX computes it (flax's default conv), not "
-        "podracer.ops' loop-friendly one: the layout of a learner written with flax's convs "
+        "podracer.util.ops' loop-friendly one: the layout of a learner written with flax's convs "
         "and lax.scan loops (tens of times slower in loops on XLA:CPU: use a small batch)",
     )
     parser.add_argument(
@@ -165,7 +166,7 @@ def main(argv=None) -> None:
             for unroll in (choices[u] for u in args.unrolls.split(",")):
                 for steps in (int(m) for m in args.microbatches.split(",")):
                     line = bench(agent_name, torso, unroll, steps, traj, args.repeats)
-                    line["conv_grad"] = "jax" if args.jax_conv_grad else "podracer.ops"
+                    line["conv_grad"] = "jax" if args.jax_conv_grad else "podracer.util.ops"
                     line["separate_calls_s"] = round(loose, 4)
                     line["slowdown_vs_separate"] = round(line["update_s"] / loose, 2)
                     print(json.dumps(line), flush=True)

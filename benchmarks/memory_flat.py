@@ -63,7 +63,7 @@ def median(values: list[float]) -> float:
 
 def measure(name: str, minutes: float, work: Path, checkpoint_interval: int = 50) -> dict:
     run_dir = work / name
-    argv = [sys.executable, "-m", "podracer.cli", "train", "--run-dir", str(run_dir)]
+    argv = [sys.executable, "-m", "podracer.cli.main", "train", "--run-dir", str(run_dir)]
     argv += [*CONFIGS[name], "--total-timesteps", str(10**10), "--checkpoint-interval"]
     argv += [str(checkpoint_interval)]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

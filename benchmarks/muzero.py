@@ -40,7 +40,7 @@ from jsonl import emit
 from podracer import envs, loops
 from podracer.agents import muzero
 from podracer.agents.muzero import MuZeroConfig
-from podracer.anakin import AnakinConfig, build, run
+from podracer.loops.anakin import AnakinConfig, build, run
 from podracer.core.learner import make_learner
 from podracer.core.replay import gradient_steps
 from podracer.types import ActorOutput, Trajectory, zero_observation

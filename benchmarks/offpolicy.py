@@ -80,7 +80,8 @@ import jax
 import jax.numpy as jnp
 
 import podracer
-from podracer import agents, anakin, envs, loops
+from podracer import agents, envs, loops
+from podracer.loops import anakin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling script, run or imported
 from continuous import (

@@ -306,7 +306,7 @@ def child_podracer_anakin(env_id: str, agent: str, num_envs: int, rollout_len: i
 
     parallel.use_cpu_cores()
     from podracer.agents import PPOConfig, QLambdaConfig
-    from podracer.anakin import AnakinConfig, build, run
+    from podracer.loops.anakin import AnakinConfig, build, run
 
     agent_config = {
         "ppo": PPOConfig(),
@@ -387,7 +387,8 @@ def child_cleanba(directory: str, name: str, steps: int) -> dict:
 
 
 def child_podracer_sebulba(name: str, steps: int, run_dir: str) -> dict:
-    from podracer import cli, parallel
+    from podracer.cli import main as cli
+    from podracer import parallel
 
     argv = ["--arch", "sebulba", "--env", "envpool:Breakout-v5", "--seed", "0"]
     argv += [*CLEANBA_SCALED[name]["podracer"], "--total-timesteps", str(steps)]

@@ -4,13 +4,13 @@
     python benchmarks/plot.py results.jsonl --out sps.png [--x num_envs] [--y sps]
 
 One series per configuration family (``ppo-4``, ``ppo-64`` -> ``ppo``); see
-:func:`podracer.plotting.plot_benchmark`.
+:func:`podracer.runs.plotting.plot_benchmark`.
 """
 
 import argparse
 import sys
 
-from podracer.plotting import plot_benchmark
+from podracer.runs.plotting import plot_benchmark
 
 
 def main(argv=None) -> int:

@@ -25,10 +25,11 @@ import jax
 from anakin_throughput import env_only_sps, peak_memory
 from jsonl import emit
 
-from podracer import agents, anakin, loops
+from podracer import agents, loops
+from podracer.loops import anakin
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig, choose_updates_per_call
-from podracer.population import PopulationConfig, build_system
+from podracer.loops.anakin import AnakinConfig, choose_updates_per_call
+from podracer.population.tournament import PopulationConfig, build_system
 
 
 def bench(

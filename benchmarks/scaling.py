@@ -55,7 +55,7 @@ def child(args) -> None:
     from anakin_throughput import env_only_sps
 
     from podracer.agents import PPOConfig
-    from podracer.anakin import AnakinConfig, build, run
+    from podracer.loops.anakin import AnakinConfig, build, run
 
     devices = jax.devices()[: args.devices] if args.devices else jax.devices()
     num_envs = args.envs_per_device * len(devices)

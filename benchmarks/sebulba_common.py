@@ -16,10 +16,13 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from podracer import agents, host_envs, loops, ops, sebulba
+from podracer import agents, loops
+from podracer.envs import host as host_envs
+from podracer.util import ops
+from podracer.loops import sebulba
 from podracer.core import RolloutState
-from podracer.sebulba import SebulbaConfig, env_factory, host_act, host_rollout, rollout_keys
-from podracer.sebulba.system import AsyncCollector, Timers
+from podracer.loops.sebulba import SebulbaConfig, env_factory, host_act, host_rollout, rollout_keys
+from podracer.loops.sebulba.system import AsyncCollector, Timers
 
 
 class Speed(NamedTuple):

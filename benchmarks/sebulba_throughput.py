@@ -54,7 +54,7 @@ from sebulba_common import actor_only_sps, bench, env_only_sps
 
 from podracer import agents
 from podracer.agents import PPOConfig
-from podracer.sebulba import SebulbaConfig
+from podracer.loops.sebulba import SebulbaConfig
 
 __all__ = ["actor_only_sps", "bench", "env_only_sps", "main"]
 

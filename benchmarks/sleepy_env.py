@@ -141,7 +141,7 @@ class SleepyEnvironment:
 
 
 def make_factory(config, **options):
-    """``make_env(actor_index)`` (as :func:`podracer.sebulba.env_factory` gives) of
+    """``make_env(actor_index)`` (as :func:`podracer.loops.sebulba.env_factory` gives) of
     :class:`SleepyEnvironment` s with ``config.envs_per_actor`` environments, async mode when
     ``config.async_batch_size`` is set."""
 

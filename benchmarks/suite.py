@@ -74,10 +74,10 @@ import population_throughput
 from podracer import agents, loops
 from podracer.agents import DQNConfig, PPOConfig, QLambdaConfig
 from podracer.agents.muzero import MuZeroConfig
-from podracer.anakin import AnakinConfig
+from podracer.loops.anakin import AnakinConfig
 from podracer.loops import LearnerLayout, learner_layout
-from podracer.presets import preset_for
-from podracer.sebulba import SebulbaConfig
+from podracer.loops.presets import preset_for
+from podracer.loops.sebulba import SebulbaConfig
 
 JSONL = "suite.jsonl"
 PLOTS = ("anakin.png", "population.png", "sebulba.png")

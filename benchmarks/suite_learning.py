@@ -8,10 +8,10 @@
         --total-timesteps 1000000 --episodes 64
 
 Every flag that is not this script's own (``--episodes``, ``--policy``, ``--out``) is a
-``podracer train`` flag, read as ``podracer train`` reads it (:func:`podracer.cli.run_spec`):
+``podracer train`` flag, read as ``podracer train`` reads it (:func:`podracer.cli.main.run_spec`):
 ``--agent``, ``--env``, ``--seed``, ``--total-timesteps``, ``--config``, ``--agent.FIELD``,
 ``--arch.FIELD``, ``--env-param``, ... with the environment family's preset
-(:mod:`podracer.presets`) applied under them as the command line applies it, and one XLA:CPU
+(:mod:`podracer.loops.presets`) applied under them as the command line applies it, and one XLA:CPU
 device per core as the command line gives (:func:`podracer.parallel.use_cpu_cores`; one seed
 runs on one of them). The run keeps no run directory: no checkpoints and no periodic evaluation
 (``--eval-*`` and ``--checkpoint-*`` are read but do nothing here).
@@ -19,7 +19,7 @@ runs on one of them). The run keeps no run directory: no checkpoints and no peri
 After training, in the same process:
 
 - the trained policy plays ``--episodes`` FULL episodes (the system's evaluator,
-  :func:`podracer.evaluation.make_evaluator`: one episode per environment, each played to its
+  :func:`podracer.core.evaluation.make_evaluator`: one episode per environment, each played to its
   end and counted once), greedily (the action of the largest logit or q-value) and
   stochastically (sampled as when acting: PPO's categorical policy, DQN's epsilon-greedy at its
   final epsilon);
@@ -41,7 +41,7 @@ compiling included), ``eval_s``, ``seconds`` (the whole run), ``preset`` (the fa
 was applied, or null) and ``jax``, ``backend``, ``device_kind``. A policy's return is the mean
 over its episodes of each episode's summed reward. An episode still running after
 :data:`MAX_STEPS` steps counts with its return so far, as
-:func:`podracer.evaluation.make_evaluator` counts it (``unfinished``: how many of the random
+:func:`podracer.core.evaluation.make_evaluator` counts it (``unfinished``: how many of the random
 policy's did; the suites' time limits end every episode long before).
 """
 
@@ -57,10 +57,12 @@ import numpy as np
 from envs import random_legal_actions
 from jsonl import emit
 
-from podracer import agents, cli, parallel, runs
-from podracer.evaluation import eval_key, evaluation_params
-from podracer.logging import make_logger
-from podracer.presets import preset_for
+from podracer import agents, parallel
+from podracer.cli import main as cli
+from podracer import runs
+from podracer.core.evaluation import eval_key, evaluation_params
+from podracer.runs.logging import make_logger
+from podracer.loops.presets import preset_for
 
 # (No JAX backend has started yet: main's use_cpu_cores still acts.)
 
@@ -73,7 +75,7 @@ the loops' evaluators use."""
 def random_returns(env, num_episodes: int, key, *, max_steps: int = MAX_STEPS, env_params=None):
     """``(returns [num_episodes], lengths [num_episodes], unfinished)``: a uniformly random
     legal policy on ``num_episodes`` environments, each playing its first episode to its end (the
-    structure and keys of :func:`podracer.evaluation.make_evaluator`, so the same ``key`` gives
+    structure and keys of :func:`podracer.core.evaluation.make_evaluator`, so the same ``key`` gives
     the same initial states as its ``evaluate(params, key)``)."""
     env_params = evaluation_params(env) if env_params is None else env_params
     reset = jax.vmap(env.reset, in_axes=(0, None))
@@ -134,7 +136,7 @@ def measure(
     for name in POLICIES if both else (policy,):
         evaluate = system.evaluator(seed=spec.seed, episodes=episodes, greedy=name == "greedy")
         trained[name] = np.asarray(evaluate(result.state, updates))[0]  # member 0: seed
-    # The evaluator's key of member 0 (podracer.anakin's run_eval): the same initial states.
+    # The evaluator's key of member 0 (podracer.loops.anakin's run_eval): the same initial states.
     key = jax.random.split(eval_key(spec.seed, updates), getattr(system.config, "num_seeds", 1))
     env = system.recipe.make_env()
     rand, lengths, unfinished = random_returns(env, episodes, key[0])

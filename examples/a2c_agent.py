@@ -33,7 +33,7 @@ from podracer.agents import AgentSpec, Space
 from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import make_categorical_act, select
 from podracer.agents.spec import num_actions
-from podracer.config import check_layer_sizes, check_positive, check_range
+from podracer.util.validation import check_layer_sizes, check_positive, check_range
 from podracer.core.returns import gae
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
@@ -158,8 +158,8 @@ def main() -> None:
     import tyro
 
     from podracer import agents
-    from podracer.anakin import AnakinConfig, train
-    from podracer.logging import ConsoleProgress
+    from podracer.loops.anakin import AnakinConfig, train
+    from podracer.runs.logging import ConsoleProgress
 
     agents.register(SPEC)  # podracer.agents.build finds it by its config class
 

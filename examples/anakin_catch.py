@@ -15,8 +15,8 @@ import json
 import tyro
 
 from podracer.agents import QLambdaConfig
-from podracer.anakin import AnakinConfig, train
-from podracer.logging import ConsoleProgress
+from podracer.loops.anakin import AnakinConfig, train
+from podracer.runs.logging import ConsoleProgress
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,8 +14,8 @@ import json
 import tyro
 
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig, train
-from podracer.logging import ConsoleProgress
+from podracer.loops.anakin import AnakinConfig, train
+from podracer.runs.logging import ConsoleProgress
 
 
 @dataclasses.dataclass(frozen=True)

@@ -90,8 +90,8 @@ envs.register("corridor", Corridor)  # podracer's loops, sweeps and populations 
 
 def main() -> None:
     from podracer.agents import PPOConfig
-    from podracer.anakin import AnakinConfig, train
-    from podracer.logging import ConsoleProgress
+    from podracer.loops.anakin import AnakinConfig, train
+    from podracer.runs.logging import ConsoleProgress
 
     total = 100_000
     result = train(

@@ -11,7 +11,7 @@
 #
 # Process 0 prints progress (stderr); every process prints the final JSON line (stdout), with
 # its "process" index. PODRACER names the command (default "podracer"; for example
-# PODRACER="python -m podracer.cli"). The same program runs on a cluster: see docs/scaling.md.
+# PODRACER="python -m podracer.cli.main"). The same program runs on a cluster: see docs/scaling.md.
 set -u
 
 if [[ $# -lt 1 || ! $1 =~ ^[1-9][0-9]*$ ]]; then

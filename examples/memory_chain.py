@@ -19,9 +19,9 @@ import numpy as np
 import tyro
 
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig, build
+from podracer.loops.anakin import AnakinConfig, build
 from podracer.envs import EnvOptions
-from podracer.logging import ConsoleProgress
+from podracer.runs.logging import ConsoleProgress
 
 
 @dataclasses.dataclass(frozen=True)

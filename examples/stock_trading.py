@@ -27,13 +27,14 @@ import sys
 
 import tyro
 
-from podracer import backtest, cli, portfolio
+from podracer.cli import backtest, main as cli
+from podracer.trading import portfolio
 
 
 @dataclasses.dataclass(frozen=True)
 class Args:
     agent: str = "ppo"
-    """ppo or sac (each with its trading preset, podracer/presets.py)."""
+    """ppo or sac (each with its trading preset, podracer/loops/presets.py)."""
     csv: str = ""
     """A price file in FinRL's long format (date,tic,close[,open,high,low,volume]); empty: the
     synthetic data."""

@@ -5,7 +5,7 @@
     python examples/tournament_locomotion.py --run-dir runs/ant && \
         podracer plot runs/ant --population --out ant.png
 
-The members start from the environment family's preset (``podracer/presets.py``: Brax's PPO
+The members start from the environment family's preset (``podracer/loops/presets.py``: Brax's PPO
 settings, observations and rewards normalised) and differ in two hyper-parameters: the learning
 rate (3e-5 .. 1e-3, geometric) and the Gaussian policy's initial log standard deviation
 (-1.5 .. 0.5, how widely each member explores at first). Every ``--population.interval``
@@ -27,11 +27,12 @@ import json
 
 import tyro
 
-from podracer import agents, runs
+from podracer import agents
+from podracer import runs
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig
-from podracer.population import PopulationConfig
-from podracer.presets import preset_for
+from podracer.loops.anakin import AnakinConfig
+from podracer.population.tournament import PopulationConfig
+from podracer.loops.presets import preset_for
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,8 +23,8 @@ import tyro
 
 from podracer import runs
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig
-from podracer.population import PopulationConfig
+from podracer.loops.anakin import AnakinConfig
+from podracer.population.tournament import PopulationConfig
 
 
 @dataclasses.dataclass(frozen=True)

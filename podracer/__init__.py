@@ -23,24 +23,17 @@ from __future__ import annotations
 from typing import Any
 
 from podracer import loops
-from podracer.agents import (
-    AGENTS,
-    AgentSpec,
-    IMPALAConfig,
-    PPOConfig,
-    QLambdaConfig,
-    Space,
-)
+from podracer.agents import AGENTS, AgentSpec, IMPALAConfig, PPOConfig, QLambdaConfig, Space
 from podracer.agents import get as get_agent
 from podracer.agents import register as register_agent
-from podracer.anakin import AnakinConfig
+from podracer.loops.anakin import AnakinConfig
 from podracer.core import gae, make_learner, make_rollout
 from podracer.core.returns import vtrace
 from podracer.envs import EnvOptions
 from podracer.envs import make as make_env
 from podracer.envs import register as register_env
 from podracer.loops import Recipe, RunResult
-from podracer.sebulba import SebulbaConfig
+from podracer.loops.sebulba import SebulbaConfig
 from podracer.types import (
     ActorOutput,
     Agent,
@@ -69,7 +62,7 @@ def train(env_id: str, agent_config: Any, loop_config: Any, **kwargs: Any) -> Ru
 
     Args:
       env_id: the environment (``"gymnax:CartPole-v1"``, ``"envpool:Breakout-v5"``, ...;
-        :func:`podracer.envs.make`, :func:`podracer.host_envs.make`).
+        :func:`podracer.envs.make`, :func:`podracer.envs.host.make`).
       agent_config: the config of a registered agent (:class:`PPOConfig`, ...); it chooses the
         agent (:func:`podracer.agents.spec_of`).
       loop_config: an :class:`AnakinConfig` or a :class:`SebulbaConfig`; it chooses the loop.

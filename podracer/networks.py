@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import ops
-from podracer.config import ConfigValueError
+from podracer.util import ops
+from podracer.errors import ConfigValueError
 from podracer.types import split_action_mask
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
@@ -143,7 +143,7 @@ class MinAtarCNN(nn.Module):
     ``layer_norm`` a LayerNorm before each ReLU (PQN's MinAtar network). Boolean or integer
     frames are cast (integers scaled by 1/255); gymnax's MinAtar frames are ``[H, W, C]``, so
     they take ``channels_first=False``. Its one convolution has stride 1, so its gradient takes
-    :mod:`podracer.ops`' loop-friendly form on XLA:CPU.
+    :mod:`podracer.util.ops`' loop-friendly form on XLA:CPU.
 
     Young and Tian, 2019, "MinAtar", https://arxiv.org/abs/1903.03176.
     """
@@ -169,7 +169,7 @@ class MinAtarCNN(nn.Module):
 
 def _conv3x3(channels: int) -> nn.Conv:
     """A 3x3 stride-1 ``SAME`` convolution whose gradient XLA:CPU runs fast inside loops
-    (:mod:`podracer.ops`; the same values, and JAX's own gradient on other backends)."""
+    (:mod:`podracer.util.ops`; the same values, and JAX's own gradient on other backends)."""
     return nn.Conv(channels, (3, 3), padding="SAME", conv_general_dilated=ops.conv_general_dilated)
 
 

@@ -224,7 +224,7 @@ def greedy_from_logits(out: ActorOutput) -> Array:
     """``Agent.greedy`` of a categorical policy or a Q agent: the largest of
     ``out.extras["logits"]`` (the q-values for Q agents)."""
     if not isinstance(out.extras, dict) or "logits" not in out.extras:
-        from podracer.config import ConfigError
+        from podracer.errors import ConfigError
 
         raise ConfigError(
             "greedy evaluation needs the agent's greedy action: its ActorOutput.extras has no "
@@ -302,7 +302,7 @@ class Learner(NamedTuple):
 
 class HostEnvironment(Protocol):
     """A batch of ``num_envs`` environments on the host: NumPy in, NumPy out, stepped by one
-    Sebulba actor thread (:mod:`podracer.host_envs`).
+    Sebulba actor thread (:mod:`podracer.envs.host`).
 
     ``TimeStep`` s mean what they mean for the JAX environments: same-step auto-reset,
     ``final_obs``, terminated and truncated kept apart, ``info`` an
@@ -335,7 +335,7 @@ class Environment(Protocol):
     Optional: ``step_batch(keys [B], states [B], actions [B], params)``, the same values as
     ``step`` vmapped over the batch (params shared), for an environment whose reset costs far
     more than its step and can be skipped for the environments that did not end
-    (:class:`~podracer.envs.craftax.CraftaxEnvironment`). The loops step a batch with
+    (:class:`~podracer.envs.jax.craftax.CraftaxEnvironment`). The loops step a batch with
     :func:`step_batch` below, which uses it where it is defined.
     """
 

@@ -22,7 +22,8 @@ import io
 import json
 import tempfile
 
-from podracer import agents, cli, loops
+from podracer import agents, loops
+from podracer.cli import main as cli
 
 
 def main() -> int:

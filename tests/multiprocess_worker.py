@@ -2,7 +2,7 @@
 
     python tests/multiprocess_worker.py OUT_DIR train ARGS...
 
-Runs the real command line (``podracer.cli.main``), flags included, and writes this process's
+Runs the real command line (``podracer.cli.main.main``), flags included, and writes this process's
 final params to ``OUT_DIR/params_<process index>.npz`` (leaves in tree order), so a test can
 compare them across processes and with a single-process run; the run directory is
 ``OUT_DIR/run``. Not a test module.
@@ -16,8 +16,9 @@ import sys
 import jax
 import numpy as np
 
-import podracer.sebulba
-from podracer import anakin, cli
+import podracer.loops.sebulba
+from podracer.loops import anakin
+from podracer.cli import main as cli
 
 
 def main() -> int:
@@ -34,7 +35,7 @@ def main() -> int:
         return wrapped
 
     anakin.Anakin.run = capturing(anakin.Anakin.run)
-    podracer.sebulba.SebulbaSystem.run = capturing(podracer.sebulba.SebulbaSystem.run)
+    podracer.loops.sebulba.SebulbaSystem.run = capturing(podracer.loops.sebulba.SebulbaSystem.run)
     status = cli.main(argv)
     if status == 0:
         result = results[0]

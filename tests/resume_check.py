@@ -5,7 +5,7 @@ import os
 import shutil
 
 from podracer import runs
-from podracer.checkpoint import Checkpointer
+from podracer.runs.checkpoint import Checkpointer
 
 
 def straight_and_resumed(spec, tmp_path, devices, checkpoints):

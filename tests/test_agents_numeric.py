@@ -506,7 +506,7 @@ def test_an_update_without_policy_lag_evaluates_the_trajectory_once_with_a_share
 def test_the_anakin_update_uses_the_actors_values(shared_torso):
     """Anakin builds its learner with ``no_policy_lag``: its compiled step makes no pass over
     the whole trajectory with a shared torso, the critic's one pass with torsos of their own."""
-    from podracer.anakin import AnakinConfig, build
+    from podracer.loops.anakin import AnakinConfig, build
 
     config = PPOConfig(hidden_sizes=(16,), num_minibatches=2, shared_torso=shared_torso)
     loop = AnakinConfig(num_envs=4, rollout_len=8)

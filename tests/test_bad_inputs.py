@@ -1,8 +1,8 @@
 """Every wrong value a user can give the command line: exit status 2, one line that names the
 culprit, no traceback, nothing written, and (for what needs no run directory) nothing compiled.
 
-The command line runs in this process (``podracer.cli.main(argv)``: the same parsing as
-``python -m podracer.cli``, without a fresh interpreter per case); ``tests/test_cli.py`` runs it
+The command line runs in this process (``podracer.cli.main.main(argv)``: the same parsing as
+``python -m podracer.cli.main``, without a fresh interpreter per case); ``tests/test_cli.py`` runs it
 as a subprocess. conftest gives this process two devices, so a size that does not split over two
 devices is wrong here.
 """
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from podracer import cli
+from podracer.cli import main as cli
 
 T = ["--total-timesteps", "512"]
 

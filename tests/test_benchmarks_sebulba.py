@@ -82,7 +82,7 @@ def test_bench_record_on_sleepy_async_envs(two_devices):
     sleepy = load("sleepy_env")
     common = load("sebulba_common")
     from podracer.agents import PPOConfig
-    from podracer.sebulba import SebulbaConfig
+    from podracer.loops.sebulba import SebulbaConfig
 
     config = SebulbaConfig(
         envs_per_actor=8,
@@ -121,7 +121,7 @@ def test_members_record_counts_every_members_steps(two_devices):
     two speeds', every member's steps counted on both sides."""
     throughput = load("sebulba_throughput")
     from podracer.agents import PPOConfig
-    from podracer.sebulba import SebulbaConfig
+    from podracer.loops.sebulba import SebulbaConfig
 
     config = SebulbaConfig(
         envs_per_actor=4, rollout_len=8, actor_device_ids=(0,), learner_device_ids=(1,)

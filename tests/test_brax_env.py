@@ -1,4 +1,4 @@
-"""brax environments (podracer.envs.brax): TimeStep semantics checked against brax's own env,
+"""brax environments (podracer.envs.jax.brax): TimeStep semantics checked against brax's own env,
 options in the id, errors. brax:inverted_pendulum on the generalized backend keeps the compiles
 short; it terminates within a few steps under a full push."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from podracer import envs
-from podracer.config import ConfigValueError
-from podracer.envs import brax as brax_envs
+from podracer.errors import ConfigValueError
+from podracer.envs.jax import brax as brax_envs
 from podracer.types import BoundedActionSpec
 
 brax = pytest.importorskip("brax")

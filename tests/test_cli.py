@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from podracer.cli import parse_train_args
+from podracer.cli.main import parse_train_args
 
 REQUIRED = {"total_steps", "sps", "compile_s", "final_return", "params_checksum"}
 
@@ -15,7 +15,7 @@ REQUIRED = {"total_steps", "sps", "compile_s", "final_return", "params_checksum"
 def podracer(*args, timeout=240):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     return subprocess.run(
-        [sys.executable, "-m", "podracer.cli", *args],
+        [sys.executable, "-m", "podracer.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -89,7 +89,8 @@ def test_overrides_reach_the_configs():
 def test_a_bug_keeps_its_traceback(monkeypatch):
     """Only a user's error (ConfigError, CLIError, CheckpointError) becomes one line: a
     ValueError from a bug goes on, with its traceback."""
-    from podracer import cli, runs
+    from podracer.cli import main as cli
+    from podracer import runs
 
     def bug(*args, **kwargs):
         raise ValueError("operands could not be broadcast together")
@@ -217,9 +218,9 @@ def test_env_param_run_and_resume_keep_memory_length(tmp_path):
 @pytest.mark.slow
 def test_resume_eval_and_plot_from_the_command_line(tmp_path, capsys):
     """Train and resume as subprocesses (as a user runs them); the refusal, ``eval`` and
-    ``plot`` through ``podracer.cli.main`` in this process (the same code, without three more
+    ``plot`` through ``podracer.cli.main.main`` in this process (the same code, without three more
     interpreter start-ups)."""
-    from podracer import cli
+    from podracer.cli import main as cli
 
     run = str(tmp_path / "run")
     common = ["--arch.num-envs", "4", "--arch.rollout-len", "32", "--agent.num-minibatches", "2"]
@@ -312,7 +313,7 @@ def test_sweep_from_the_command_line(tmp_path):
 
 
 def test_sweep_refuses_resume_in_one_line(capsys):
-    from podracer import cli
+    from podracer.cli import main as cli
 
     assert cli.main(["sweep", "--resume", "somewhere", "--seeds", "2"]) == 2
     err = capsys.readouterr().err
@@ -398,7 +399,7 @@ def test_population_fraction_flag_applies_before_the_size_check():
     """``--population 2`` alone replaces no member (0.25 x 2 < 1) and is refused, naming the
     field; with ``--population.fraction 0.5`` it is allowed (one member replaced per round),
     so the default is checked only once the flags are applied."""
-    from podracer.config import ConfigError
+    from podracer.errors import ConfigError
 
     base = ["--agent", "ppo", "--env", "gymnax:CartPole-v1", "--population", "2"]
     selectors, _, arch = parse_train_args([*base, "--population.fraction", "0.5"])

@@ -4,14 +4,14 @@ import dataclasses
 
 import pytest
 
-from podracer import config_reference
+from podracer.cli import reference as config_reference
 from podracer.agents import PPOConfig
 
 
 def test_committed_reference_is_current():
     committed = config_reference.DOC_PATH.read_text()
     assert committed == config_reference.render(), (
-        "docs/config.md is stale: regenerate with `python -m podracer.config_reference`"
+        "docs/config.md is stale: regenerate with `python -m podracer.cli.reference`"
     )
 
 
@@ -84,14 +84,14 @@ def test_check_mode(tmp_path, capsys):
     stale = tmp_path / "config.md"
     stale.write_text("old\n")
     assert config_reference.main(["--check", "--out", str(stale)]) == 1
-    assert "python -m podracer.config_reference" in capsys.readouterr().err
+    assert "python -m podracer.cli.reference" in capsys.readouterr().err
     assert config_reference.main(["--out", str(stale)]) == 0
     assert stale.read_text() == config_reference.render()
     assert config_reference.main(["--check", "--out", str(stale)]) == 0
 
 
 def test_run_options_table_has_every_field_with_its_flag():
-    from podracer.cli import OPTION_FLAGS
+    from podracer.cli.main import OPTION_FLAGS
     from podracer.runs import RunOptions
 
     text = config_reference.render_run_options()
@@ -112,7 +112,7 @@ def test_run_options_table_has_every_field_with_its_flag():
 
 def test_every_option_flag_sets_its_field():
     """The flags the table names are the parser's: each sets its field to a non-default value."""
-    from podracer.cli import OPTION_FLAGS, parse_train_args
+    from podracer.cli.main import OPTION_FLAGS, parse_train_args
     from podracer.runs import RunOptions
 
     defaults = RunOptions()

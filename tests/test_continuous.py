@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from podracer.agents import IMPALAConfig, PPOConfig, build
 from podracer.agents.policy import categorical_head, gaussian_head
-from podracer.config import ConfigError
+from podracer.errors import ConfigError
 from podracer.core import make_learner
 from podracer.core.normalisation import (
     NormalisationFields,
@@ -301,7 +301,7 @@ def test_normalisation_fields_are_checked_and_on_every_actor_critic():
 
 def normalised_spec(eval_interval):
     from podracer import runs
-    from podracer.anakin import AnakinConfig
+    from podracer.loops.anakin import AnakinConfig
 
     return runs.RunSpec(
         arch="anakin",
@@ -318,8 +318,8 @@ def normalised_spec(eval_interval):
 
 
 def latest_state(run_dir, spec):
-    from podracer import anakin
-    from podracer.checkpoint import Checkpointer
+    from podracer.loops import anakin
+    from podracer.runs.checkpoint import Checkpointer
 
     system = anakin.build(
         spec.env,
@@ -339,7 +339,7 @@ def test_normaliser_resumes_bitwise_and_evaluation_leaves_it_alone(tmp_path):
     import shutil
 
     from podracer import runs
-    from podracer.checkpoint import Checkpointer
+    from podracer.runs.checkpoint import Checkpointer
 
     one = jax.devices()[:1]
     spec = normalised_spec(eval_interval=2)
@@ -368,7 +368,7 @@ def test_normaliser_resumes_bitwise_and_evaluation_leaves_it_alone(tmp_path):
     # and evaluating the run's checkpoint leaves it as it was
     assert runs.evaluate_run(straight, episodes=2)["episodes"] == 2
     d = latest_state(straight, spec)
-    from podracer.checkpoint import to_raw
+    from podracer.runs.checkpoint import to_raw
 
     for x, y in zip(jax.tree.leaves(to_raw(a)), jax.tree.leaves(to_raw(d)), strict=True):
         np.testing.assert_array_equal(x, y)
@@ -403,8 +403,8 @@ class Slide:
 def test_anakin_rollout_equals_sebulba_actor_for_a_normalised_gaussian_agent():
     from podracer.core import RolloutState, make_rollout, reset_envs
     from podracer.core.normalisation import NormalisedState, RunningStatistics
-    from podracer.host_envs.jax_env import JaxHostEnvironment
-    from podracer.sebulba import host_act, host_rollout, rollout_keys
+    from podracer.envs.host.jax_env import JaxHostEnvironment
+    from podracer.loops.sebulba import host_act, host_rollout, rollout_keys
 
     env = Slide()
     config = dataclasses.replace(NORMALISED, init_log_std=0.5)

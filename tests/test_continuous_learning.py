@@ -1,5 +1,5 @@
 """PPO learns continuous control through the command line, with the documented defaults (the
-``classic_continuous`` preset, ``podracer/presets.py``): Anakin on ``gymnax:Pendulum-v1`` and
+``classic_continuous`` preset, ``podracer/loops/presets.py``): Anakin on ``gymnax:Pendulum-v1`` and
 Sebulba on ``envpool:Pendulum-v1``. Random play scores about -1,200 on Pendulum.
 
 Thresholds from measured runs on 2 CPU cores with these commands: Anakin, 3e5 steps, seeds
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
 def podracer(*args, timeout=280):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     done = subprocess.run(
-        [sys.executable, "-m", "podracer.cli", *args],
+        [sys.executable, "-m", "podracer.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,9 +9,10 @@ import numpy as np
 import optax
 import pytest
 
-from podracer import agents, envs, host_envs
-from podracer.checkpoint import Checkpointer
-from podracer.config import ConfigError
+from podracer import agents, envs
+from podracer.envs import host as host_envs
+from podracer.runs.checkpoint import Checkpointer
+from podracer.errors import ConfigError
 from podracer.core import make_learner, make_rollout, reset_envs
 from podracer.types import (
     ActorOutput,
@@ -235,7 +236,7 @@ def test_agent_state_kept_per_device(two_devices):
     """``state_per_device``: each device keeps its own slot (a replay buffer's shard): here the
     samples it has seen and the sum of the rewards of its last batch."""
     from podracer import loops
-    from podracer.anakin import LOOP, AnakinConfig, make_anakin
+    from podracer.loops.anakin import LOOP, AnakinConfig, make_anakin
 
     base = counting_agent()
 

@@ -11,7 +11,7 @@ import pytest
 
 from podracer import agents, loops, parallel
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig
+from podracer.loops.anakin import AnakinConfig
 
 ENV = "gymnax:CartPole-v1"
 SMALL = AnakinConfig(num_envs=4, rollout_len=16)
@@ -30,7 +30,7 @@ def test_member_placement_is_the_largest_divisor_within_the_devices(members, dev
 def test_use_cpu_cores_leaves_a_started_jax_and_the_users_flag_alone(monkeypatch):
     from jax._src import xla_bridge
 
-    monkeypatch.setattr(parallel, "_cpu_cores_set", 0)
+    monkeypatch.setattr(parallel.mesh, "_cpu_cores_set", 0)
     jax.devices()  # this process has started its backends (conftest's two devices)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     assert parallel.use_cpu_cores(4) == 0 and "XLA_FLAGS" not in os.environ
@@ -76,7 +76,7 @@ def test_members_on_the_cores_equal_members_on_one_device(monkeypatch):
     # bit (vmap's equality to rounding is test_population's sharded-versus-unsharded test).
     member_loop = "map"
     one_system, one = _run({"member_loop": member_loop}, 2, devices=jax.devices()[:1])
-    monkeypatch.setattr(parallel, "_cpu_cores_set", jax.local_device_count())
+    monkeypatch.setattr(parallel.mesh, "_cpu_cores_set", jax.local_device_count())
     assert parallel.spread_members()
     spread_system, spread = _run({"member_loop": member_loop}, 2)
     # One member per device, no device splitting a member's environments.
@@ -105,7 +105,7 @@ def test_cores_per_member_is_the_largest_divisor_with_enough_steps(num_envs, ste
 
 
 def test_one_member_splits_its_environments_over_the_cores_when_its_batch_is_large(monkeypatch):
-    monkeypatch.setattr(parallel, "_cpu_cores_set", jax.local_device_count())
+    monkeypatch.setattr(parallel.mesh, "_cpu_cores_set", jax.local_device_count())
     assert _build({}, 1).mesh.devices.size == 1  # 64 steps an update: one core
     big = {"num_envs": 32, "rollout_len": 128}  # 4,096 steps: 2,048 a core
     assert dict(_build(big, 1).mesh.shape) == {"member": 1, "data": 2}
@@ -128,7 +128,7 @@ def test_the_command_line_runs_members_on_the_cores(tmp_path):
     args = ["--run-dir", str(tmp_path / "run"), "--total-timesteps", "128", "--quiet"]
     args += ["--arch.num-seeds", str(seeds), "--arch.num-envs", "4", "--arch.rollout-len", "16"]
     proc = subprocess.run(
-        [sys.executable, "-m", "podracer.cli", "train", *args, "--agent.num-minibatches", "2"],
+        [sys.executable, "-m", "podracer.cli.main", "train", *args, "--agent.num-minibatches", "2"],
         capture_output=True,
         text=True,
         timeout=240,

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from podracer import cli
-from podracer.checkpoint import CHECKPOINT_DIR
+from podracer.cli import main as cli
+from podracer.runs.checkpoint import CHECKPOINT_DIR
 from podracer.loops.common import Diverged, check_finite, params_finite
 
 

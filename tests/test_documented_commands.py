@@ -5,7 +5,7 @@ A command is found in a fenced code block (not ``text``, ``json``, ``yaml``, ``t
 ``python``, which hold synopses, output and files), wherever ``podracer COMMAND`` starts on its
 line (after ``XLA_FLAGS=...``, ``srun``, ``host0$``, ``.venv/bin/``, ``cd examples &&``), with
 ``\\`` continuations joined and a trailing ``# comment`` dropped. Each runs in this process
-(``podracer.cli.main``, conftest's two devices: the ``XLA_FLAGS`` the docs set) in an empty
+(``podracer.cli.main.main``, conftest's two devices: the ``XLA_FLAGS`` the docs set) in an empty
 directory holding what the docs' commands read: ``examples/`` on the path (the docs' own agent
 and environment), a ``yaml`` block whose first line is ``# NAME.yaml`` written as NAME.yaml, and
 ``prices.csv`` (real daily index prices, FinRL's format). A run directory that a ``train``
@@ -26,8 +26,10 @@ from pathlib import Path
 import pytest
 from price_files import real_index_prices
 
-from podracer import cli, envs, loops, parallel, runs
-from podracer.rundir import CHECKPOINT_DIR
+from podracer.cli import main as cli
+from podracer import envs, loops, parallel
+from podracer import runs
+from podracer.runs.rundir import CHECKPOINT_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -141,7 +143,7 @@ def as_on_two_cores(monkeypatch, prefix: str = "") -> None:
     device per core, members spread over them (:func:`podracer.parallel.use_cpu_cores`),
     unless the command sets the device count itself."""
     given = "xla_force_host_platform_device_count" in prefix
-    monkeypatch.setattr(parallel, "_cpu_cores_set", 0 if given else 2)
+    monkeypatch.setattr(parallel.mesh, "_cpu_cores_set", 0 if given else 2)
 
 
 @pytest.fixture

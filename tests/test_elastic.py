@@ -1,4 +1,4 @@
-"""The elastic tournament (podracer.elastic): its pure logic without Ray, then real runs of
+"""The elastic tournament (podracer.experiments.elastic): its pure logic without Ray, then real runs of
 ``podracer train --pods`` on a local Ray and on a ``ray.cluster_utils.Cluster`` (127.0.0.1),
 with a pod killed, a node added and removed, and the driver killed and resumed."""
 
@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from podracer import elastic
-from podracer.elastic import Entry, MemberId
+from podracer.experiments import elastic
+from podracer.experiments.elastic import Entry, MemberId
 
 needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason='needs the ray extra (pip install -e ".[ray]")'
@@ -104,18 +104,19 @@ def test_top_members_and_final_scores():
 
 
 def _spec(population: int = 4):
-    from podracer import cli
+    from podracer.cli import main as cli
 
     spec, _ = cli.run_spec([*SMALL, "--population", str(population), "--total-timesteps", "512"])
     return spec
 
 
 def test_two_pods_in_this_process_report_copy_and_their_best_member_evaluates(tmp_path):
-    """Without Ray: two :class:`~podracer.elastic.Pod` objects (plain classes) run in turn
+    """Without Ray: two :class:`~podracer.experiments.elastic.Pod` objects (plain classes) run in turn
     against one in-process leaderboard, the second joining with copies of the first's best.
     Every report is acknowledged once, the joined pod starts from seeded members, and the best
     member reloads with the checksum its row records and plays episodes."""
-    from podracer import cli, runs
+    from podracer.cli import main as cli
+    from podracer import runs
 
     # 2 members a pod, 256 steps of 2 x 16: 8 updates, 2 reports a pod
     spec, _ = cli.run_spec([*SMALL, "--population", "4", "--total-timesteps", "256"])
@@ -149,7 +150,7 @@ def test_two_pods_in_this_process_report_copy_and_their_best_member_evaluates(tm
 
 @needs_ray
 def test_an_elastic_dry_run_checks_and_plans_without_starting_ray(tmp_path, capsys):
-    from podracer import cli
+    from podracer.cli import main as cli
 
     run_dir = str(tmp_path / "r")
     argv = ["train", *SMALL, "--population", "4", "--pods", "2", "--run-dir", run_dir]
@@ -212,7 +213,7 @@ def test_leaderboard_acknowledges_each_record_once_and_keeps_the_top_k(tmp_path)
 
 
 def _main(argv, capsys):
-    from podracer import cli
+    from podracer.cli import main as cli
 
     rc = cli.main(argv)
     return rc, capsys.readouterr().err.strip().splitlines()
@@ -282,7 +283,7 @@ def _env():
 
 
 def _cmd(args):
-    return [sys.executable, "-m", "podracer.cli", "train", *args]
+    return [sys.executable, "-m", "podracer.cli.main", "train", *args]
 
 
 def _run(args, timeout):
@@ -484,7 +485,7 @@ def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp
     assert elastic.checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
     # podracer eval plays that member.
     proc = subprocess.run(
-        [sys.executable, "-m", "podracer.cli", "eval", run_dir, "--episodes", "2"],
+        [sys.executable, "-m", "podracer.cli.main", "eval", run_dir, "--episodes", "2"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -8,13 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer import agents, anakin, envs, host_envs, loops
+from podracer import agents, envs, loops
+from podracer.loops import anakin
+from podracer.envs import host as host_envs
 from podracer.agents import PPOConfig
-from podracer.config import ConfigError
+from podracer.errors import ConfigError
 from podracer.envs import EnvOptions
 from podracer.envs.options import param_defaults, resolve
-from podracer.sebulba import SebulbaConfig
-from podracer.sebulba.train import env_factory, probe
+from podracer.loops.sebulba import SebulbaConfig
+from podracer.loops.sebulba.loop import env_factory, probe
 from podracer.types import ObservationSpec
 
 PPO = agents.get("ppo")

@@ -6,8 +6,8 @@ import pytest
 from gymnax.environments import spaces
 
 from podracer import envs
-from podracer.envs.catch import CatchState
-from podracer.envs.gymnax import CONTINUOUS_IDS, DISCRETE_IDS
+from podracer.envs.jax.catch import CatchState
+from podracer.envs.jax.gymnax import CONTINUOUS_IDS, DISCRETE_IDS
 from podracer.types import BoundedActionSpec, DiscreteActionSpec
 
 

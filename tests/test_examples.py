@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from podracer import agents, envs
-from podracer.anakin import AnakinConfig, train
+from podracer.loops.anakin import AnakinConfig, train
 
 pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
 
@@ -86,8 +86,8 @@ def test_ppo_learns_the_registered_corridor(load):
 def test_a2c_in_one_file_learns_with_anakin_and_runs_with_sebulba(two_devices, load):
     a2c = load("a2c_agent")
     agents.register(a2c.SPEC)
-    from podracer import sebulba
-    from podracer.sebulba import SebulbaConfig
+    from podracer.loops import sebulba
+    from podracer.loops.sebulba import SebulbaConfig
 
     config = a2c.A2CConfig()
     result = train(
@@ -112,7 +112,7 @@ def test_tournament_example_trains_a_tiny_population(load, tmp_path, capsys):
     """examples/tournament_ppo.py end to end on a tiny budget: 4 members, 4 updates, a leaderboard
     and a tournament every 2 updates, in a run directory."""
     from podracer.agents import PPOConfig
-    from podracer.population import PopulationConfig
+    from podracer.population.tournament import PopulationConfig
 
     example = load("tournament_ppo")
     run_dir = tmp_path / "run"
@@ -156,7 +156,7 @@ def test_locomotion_tournament_example_on_brax(load, tmp_path, capsys):
     brax:inverted_pendulum, whose reward is a constant (a carry typing case inside shard_map
     that ant does not reach), rather than the example's default ant."""
     pytest.importorskip("brax")
-    from podracer.population import PopulationConfig
+    from podracer.population.tournament import PopulationConfig
 
     example = load("tournament_locomotion")
     run_dir = tmp_path / "run"

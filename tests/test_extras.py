@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from podracer import cli
-from podracer.config import ConfigError
-from podracer.logging import WandbWriter
+from podracer.cli import main as cli
+from podracer.errors import ConfigError
+from podracer.runs.logging import WandbWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 # extra -> (the packages it installs that podracer imports, a command that needs them)

@@ -27,8 +27,8 @@ import time
 import orbax.checkpoint as ocp
 import pytest
 
-from podracer import cli
-from podracer.checkpoint import CHECKPOINT_DIR, Checkpointer
+from podracer.cli import main as cli
+from podracer.runs.checkpoint import CHECKPOINT_DIR, Checkpointer
 
 pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
 
@@ -64,7 +64,7 @@ def signalled(arch, tmp_path, signum, status, word):
     # before it runs the command line (not preexec_fn: forking a process with JAX's threads).
     start = (
         "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        f"sys.argv = ['podracer'] + {args!r}; runpy.run_module('podracer.cli', run_name='__main__')"
+        f"sys.argv = ['podracer'] + {args!r}; runpy.run_module('podracer.cli.main', run_name='__main__')"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", start], env=env, stderr=subprocess.PIPE, text=True

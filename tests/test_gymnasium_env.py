@@ -5,10 +5,10 @@ import gymnasium
 import numpy as np
 import pytest
 
-from podracer import host_envs
-from podracer.config import ConfigError, ConfigValueError
-from podracer.host_envs import gymnasium as gym_host
-from podracer.host_envs.gymnasium import GymnasiumEnvironment
+from podracer.envs import host as host_envs
+from podracer.errors import ConfigError, ConfigValueError
+from podracer.envs.host import gymnasium as gym_host
+from podracer.envs.host.gymnasium import GymnasiumEnvironment
 from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec
 
 
@@ -156,7 +156,7 @@ def test_specs_cartpole_acrobot_pendulum(make):
         ts = env.reset()
         assert ts.obs.shape == (3, *obs_shape) and ts.obs.dtype == np.float32
 
-    # through podracer.host_envs.make, the dispatcher Sebulba uses
+    # through podracer.envs.host.make, the dispatcher Sebulba uses
     env = host_envs.make("gymnasium:Acrobot-v1", num_envs=2, seed=0)
     try:
         assert env.action_spec == DiscreteActionSpec(3)

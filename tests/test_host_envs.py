@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer import host_envs
-from podracer.config import ConfigError
-from podracer.host_envs.checks import continuous_actions
-from podracer.host_envs.jax_env import JaxHostEnvironment
+from podracer.envs import host as host_envs
+from podracer.errors import ConfigError
+from podracer.envs.host.checks import continuous_actions
+from podracer.envs.host.jax_env import JaxHostEnvironment
 from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec, TimeStep
 
 THETA_LIMIT = 12 * 2 * np.pi / 360  # 0.2095 rad: CartPole terminates beyond it

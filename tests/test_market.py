@@ -1,4 +1,4 @@
-"""podracer.envs.market: the synthetic prices' statistics, the indicators against stockstats (the
+"""podracer.trading.market: the synthetic prices' statistics, the indicators against stockstats (the
 library FinRL computes them with), turbulence against a plain per-day computation, no look-ahead,
 the CSV loader's format and errors (on real index prices too) and the train/test split."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from price_files import real_index_prices
 
-from podracer.config import ConfigError
-from podracer.envs import market
-from podracer.envs.market import (
+from podracer.errors import ConfigError
+from podracer.trading import market
+from podracer.trading.market import (
     INDICATORS,
     finrl_indicators,
     load_csv,

@@ -17,8 +17,8 @@ from podracer.core import RolloutState, make_learner, make_rollout, reset_envs
 from podracer.core import memory as mem
 from podracer.core.cells import SEQUENCES
 from podracer.core.replay import ReplayBatch, ReplayFields, window_buffer
-from podracer.host_envs.jax_env import JaxHostEnvironment
-from podracer.sebulba import host_act, host_rollout, rollout_keys
+from podracer.envs.host.jax_env import JaxHostEnvironment
+from podracer.loops.sebulba import host_act, host_rollout, rollout_keys
 from podracer.types import DiscreteActionSpec, ObservationSpec
 
 CELLS = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
@@ -160,8 +160,8 @@ def test_the_learner_rerun_gives_the_behaviour_outputs_sebulba_sync():
 
 @pytest.mark.slow
 def test_the_learner_rerun_gives_the_behaviour_outputs_sebulba_async():
-    from podracer import host_envs
-    from podracer.sebulba.system import AsyncCollector, Timers
+    from podracer.envs import host as host_envs
+    from podracer.loops.sebulba.system import AsyncCollector, Timers
 
     _env, _, agent, _, net = recurrent_ppo(window=16)
     params = agent.init(jax.random.key(0), jnp.zeros(4))
@@ -463,7 +463,7 @@ def test_every_agent_with_memory_updates_on_both_device_counts_alike(
 
 
 def test_memory_config_errors_name_the_field():
-    from podracer.config import ConfigError
+    from podracer.errors import ConfigError
 
     with pytest.raises(
         ConfigError, match=r"PPOConfig.memory='rnn' is not allowed: choose one of none, gru, lstm"
@@ -475,7 +475,7 @@ def test_memory_config_errors_name_the_field():
         IMPALAConfig(sequence_window=-1)
     with pytest.raises(ConfigError, match=r"batch_size=8 is not allowed with memory"):
         DQNConfig(memory="gru", batch_size=8, sequence_length=16)
-    from podracer.config import ConfigValueError
+    from podracer.errors import ConfigValueError
 
     with pytest.raises(
         ConfigValueError, match=r"sequence_window=5 is not allowed with rollouts of 16"

@@ -15,11 +15,11 @@ import pytest
 
 from podracer import runs
 from podracer.agents import DQNConfig, PPOConfig
-from podracer.anakin import AnakinConfig
-from podracer.checkpoint import Checkpointer, to_raw
+from podracer.loops.anakin import AnakinConfig
+from podracer.runs.checkpoint import Checkpointer, to_raw
 from podracer.envs import EnvOptions
 from podracer.loops.common import params_checksum
-from podracer.sebulba import SebulbaConfig
+from podracer.loops.sebulba import SebulbaConfig
 
 MEMORY_CHAIN = "gymnax:MemoryChain-bsuite"
 
@@ -136,7 +136,7 @@ def test_sebulba_resume_with_memory_restores_the_uninterrupted_state(tmp_path, t
 def test_a_population_with_memory_keeps_each_members_carries(tmp_path):
     """A tournament over recurrent PPO members: each member acts with its own carries (the
     state holds [members, envs, memory]), and greedy evaluation runs with carries."""
-    from podracer.population import PopulationConfig
+    from podracer.population.tournament import PopulationConfig
 
     spec = runs.RunSpec(
         arch="anakin",
@@ -178,7 +178,7 @@ def test_recurrent_ppo_learns_memory_chain_and_feed_forward_does_not(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "podracer.cli",
+                "podracer.cli.main",
                 "train",
                 "--agent",
                 "ppo",

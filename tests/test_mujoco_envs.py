@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from podracer import host_envs
+from podracer.envs import host as host_envs
 from podracer.types import BoundedActionSpec, ObservationSpec
 
 envpool = pytest.importorskip("envpool")

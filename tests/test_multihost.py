@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from podracer import parallel
-from podracer.config import ConfigError
+from podracer.errors import ConfigError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "multiprocess_worker.py"
@@ -348,14 +348,14 @@ def test_a_dead_or_frozen_process_ends_the_other_within_the_timeout(tmp_path, ho
     When process 1 stops, process 0 ends with podracer's one line (``parallel.PeerWatch``)
     naming process 1 and how to resume, exit status 4, and no native trace. When process 0 is
     killed, JAX's runtime aborts process 1's worker in C++ within a second (docs/scaling.md says
-    why); the command line's parent of it (``podracer.supervisor``) holds the native trace back
+    why); the command line's parent of it (``podracer.cli.supervisor``) holds the native trace back
     and ends with the same kind of line, naming process 0."""
     survivor = 1 - victim
     port = _free_port()
     run_dir = tmp_path / "run"
     procs, logs = [], []
     try:
-        base = [sys.executable, "-m", "podracer.cli", "train", *ANAKIN_ARGS[:-5]]
+        base = [sys.executable, "-m", "podracer.cli.main", "train", *ANAKIN_ARGS[:-5]]
         base += ["--total-timesteps", "100000000", "--arch.updates-per-call", "1"]
         base += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
         base += ["--run-dir", str(run_dir), "--fault-timeout", str(FAULT_TIMEOUT_S)]
@@ -423,7 +423,7 @@ def test_processes_that_disagree_stop_within_seconds_naming_the_field(
     """Two processes of one run given different values of a flag that must agree: both stop
     before building anything, exit status 2, the field and both values named, nothing written."""
     port = _free_port()
-    base = [sys.executable, "-m", "podracer.cli", "train", *ANAKIN_ARGS]
+    base = [sys.executable, "-m", "podracer.cli.main", "train", *ANAKIN_ARGS]
     base += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
     procs = []
     try:
@@ -530,7 +530,7 @@ def test_watchdog_is_quiet_while_steps_come():
 
 
 def test_cli_rejects_bad_process_flags(capsys):
-    from podracer import cli
+    from podracer.cli import main as cli
 
     argv = ["train", "--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"]
     assert cli.main(argv) == 2
@@ -616,7 +616,7 @@ def test_peer_watch_names_the_process_that_stopped(monkeypatch):
     failed), with its host and the run directory; a store that stops answering names the
     coordinator. A watch's own lateness never counts against a peer."""
     store, now = _Store(), [0.0]
-    monkeypatch.setattr(parallel, "_run_dir", "runs/r")
+    monkeypatch.setattr(parallel.processes, "_run_dir", "runs/r")
     watches = [
         parallel.PeerWatch(store, i, 3, 10.0, host=f"h{i}", clock=lambda: now[0]) for i in range(3)
     ]
@@ -681,8 +681,8 @@ def test_peer_aware_excepthook_prints_a_traceback_when_every_peer_is_alive(monke
 
     store, printed = _Store(), []
     watches = [parallel.PeerWatch(store, i, 2, 10.0, period_s=0.05) for i in range(2)]
-    monkeypatch.setattr(parallel, "_peer_watch", watches[0])
-    monkeypatch.setattr(parallel, "_previous_excepthook", lambda *args: printed.append(args))
+    monkeypatch.setattr(parallel.processes, "_peer_watch", watches[0])
+    monkeypatch.setattr(parallel.processes, "_previous_excepthook", lambda *args: printed.append(args))
     beating = threading.Event()
 
     def beat():
@@ -713,7 +713,7 @@ def test_supervisor_holds_back_the_runtime_abort_and_passes_the_rest():
     loss of the coordinator is recognised from it."""
     import io
 
-    from podracer import supervisor
+    from podracer.cli import supervisor
 
     out = io.StringIO()
     output = supervisor._Output(out)
@@ -749,7 +749,7 @@ def test_supervisor_holds_back_the_runtime_abort_and_passes_the_rest():
 
 
 def test_only_a_multi_process_run_s_other_processes_are_supervised(monkeypatch):
-    from podracer import supervisor
+    from podracer.cli import supervisor
 
     monkeypatch.delenv(supervisor.SUPERVISED, raising=False)
     multi = ["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id"]
@@ -764,7 +764,7 @@ def test_only_a_multi_process_run_s_other_processes_are_supervised(monkeypatch):
 def test_the_supervisor_runs_the_command_as_a_child_and_passes_its_status_and_errors(capfd):
     """``supervisor.run``: the child is ``podracer train ARGV``; its stderr passes through and
     its exit status is the supervisor's (a bad flag: 2, with podracer's one line)."""
-    from podracer import supervisor
+    from podracer.cli import supervisor
 
     assert supervisor.run(["--agent", "nope", "--quiet"]) == 2
     err = capfd.readouterr().err.strip().splitlines()
@@ -778,7 +778,7 @@ def test_the_supervisor_turns_the_runtimes_abort_at_a_lost_coordinator_into_its_
     holds the runtime's lines back, prints podracer's line naming the run directory to resume,
     and exits with PEER_LOST_EXIT_CODE. The child here is a stand-in script that writes what
     the JAX runtime writes and aborts itself."""
-    from podracer import supervisor
+    from podracer.cli import supervisor
 
     child = tmp_path / "python"
     child.write_text(

@@ -21,9 +21,9 @@ import rlax
 from podracer import runs
 from podracer.agents import muzero
 from podracer.agents.muzero import MuZeroConfig
-from podracer.anakin import AnakinConfig
-from podracer.checkpoint import Checkpointer, to_raw
-from podracer.config import ConfigError
+from podracer.loops.anakin import AnakinConfig
+from podracer.runs.checkpoint import Checkpointer, to_raw
+from podracer.errors import ConfigError
 from podracer.core.replay import window_buffer
 from podracer.types import ACTION_MASK
 
@@ -449,7 +449,7 @@ def test_sebulba_muzero_runs_on_gymnasium_cartpole(tmp_path):
     episodes returned. About 30 s on one CPU core, most of it compiling the actor's search and
     the learner. (Atari, envpool:Breakout-v5 with muzero_resnet: docs/muzero.md, about a minute.)"""
     pytest.importorskip("gymnasium")
-    from podracer.sebulba import SebulbaConfig
+    from podracer.loops.sebulba import SebulbaConfig
 
     small = dict(num_unroll_steps=1, num_simulations=2, buffer_size=256, learning_starts=32)
     config = MuZeroConfig(**{**SMALL, **small, "batch_size": 8})

@@ -124,7 +124,7 @@ def test_q_network_dueling_head_and_torso_by_name():
 
 def test_q_network_config_fields_are_checked():
     from podracer.agents import DQNConfig, PQNConfig, QLambdaConfig
-    from podracer.config import ConfigError
+    from podracer.errors import ConfigError
 
     for config_cls in (DQNConfig, PQNConfig, QLambdaConfig):
         with pytest.raises(ConfigError, match="torso"):

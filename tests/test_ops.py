@@ -1,4 +1,4 @@
-"""podracer.ops: the loop-friendly CPU gradient of stride-1 convolutions equals JAX's own; the
+"""podracer.util.ops: the loop-friendly CPU gradient of stride-1 convolutions equals JAX's own; the
 unrolled threefry hash gives the same bits as the rolled one."""
 
 import jax
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from podracer import networks, ops
+from podracer import networks
+from podracer.util import ops
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from podracer import plotting
+from podracer.runs import plotting
 
 NUM_SEEDS = 3
 STEPS = [512 * (i + 1) for i in range(40)]
@@ -250,7 +250,7 @@ def test_benchmarks_plot_script(tmp_path):
 
 def test_a_sweep_directory_is_one_curve_per_sweep_point(tmp_path):
     """``results.json`` beside a one-program sweep's metrics: members are combination-major."""
-    from podracer.plotting import sweep_curves
+    from podracer.runs.plotting import sweep_curves
 
     run = tmp_path / "sweep"
     run.mkdir()

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer import population as pop
+from podracer.population import tournament as pop
 from podracer.agents import PPOConfig, SACConfig
-from podracer.anakin import AnakinConfig, train
-from podracer.config import ConfigError
+from podracer.loops.anakin import AnakinConfig, train
+from podracer.errors import ConfigError
 
 PPO = PPOConfig(num_epochs=2, num_minibatches=2, hidden_sizes=(32, 32))
 SMALL = AnakinConfig(num_envs=4, rollout_len=16)
@@ -448,7 +448,7 @@ def test_explicit_hparams_are_validated_like_initial_ones():
 def test_leaderboard_console_line_shows_age_and_lineage():
     from rich.console import Console
 
-    from podracer.logging import leaderboard_line
+    from podracer.runs.logging import leaderboard_line
 
     record = {
         "step": 40_960,

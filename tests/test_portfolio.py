@@ -1,4 +1,4 @@
-"""podracer.portfolio: backtest metrics against hand computations and empyrical, and baselines."""
+"""podracer.trading.portfolio: backtest metrics against hand computations and empyrical, and baselines."""
 
 import json
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from podracer import portfolio
-from podracer.portfolio import (
+from podracer.trading import portfolio
+from podracer.trading.portfolio import (
     METRICS,
     buy_and_hold,
     equal_weight,

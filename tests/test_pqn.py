@@ -120,7 +120,7 @@ def test_the_network_has_a_layer_norm_after_each_dense_layer():
 def podracer(*args, timeout=280):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     done = subprocess.run(
-        [sys.executable, "-m", "podracer.cli", *args],
+        [sys.executable, "-m", "podracer.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -182,7 +182,7 @@ def test_minatar_gets_the_papers_network_and_settings_from_the_command_line(tmp_
     argv = ["train", "--agent", "pqn", "--env", "gymnax:Breakout-MinAtar", "--run-dir", str(run)]
     argv += ["--total-timesteps", str(2 * 128 * 32), "--agent.lr", "1e-3", "--quiet"]
     done = subprocess.run(
-        [sys.executable, "-m", "podracer.cli", *argv, "--no-tensorboard"],
+        [sys.executable, "-m", "podracer.cli.main", *argv, "--no-tensorboard"],
         capture_output=True,
         text=True,
         timeout=240,

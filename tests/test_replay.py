@@ -208,8 +208,8 @@ def test_two_devices_equal_one_device_for_an_off_policy_update(one_device, two_d
 def test_sebulba_trains_dqn_with_the_learner_make_learner_built(monkeypatch, two_devices):
     from podracer.agents import dqn
     from podracer.agents import spec as agent_spec
-    from podracer.sebulba import SebulbaConfig
-    from podracer.sebulba import train as sebulba_train
+    from podracer.loops.sebulba import SebulbaConfig
+    from podracer.loops.sebulba import loop as sebulba_train
 
     built, called = [], []
 
@@ -245,9 +245,10 @@ def test_a_resumed_run_restores_the_buffer_bitwise(tmp_path):
     import os
     import shutil
 
-    from podracer import anakin, runs
-    from podracer.anakin import AnakinConfig
-    from podracer.checkpoint import Checkpointer, to_raw
+    from podracer.loops import anakin
+    from podracer import runs
+    from podracer.loops.anakin import AnakinConfig
+    from podracer.runs.checkpoint import Checkpointer, to_raw
 
     one = jax.devices()[:1]
     spec = runs.RunSpec(
@@ -293,7 +294,7 @@ def test_a_resumed_run_restores_the_buffer_bitwise(tmp_path):
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole_from_the_command_line(tmp_path):
-    # The defaults with the classic_control preset (podracer/presets.py), measured at 1e5
+    # The defaults with the classic_control preset (podracer/loops/presets.py), measured at 1e5
     # steps, seeds 0-2: 441, 475, 335 (random play: about 22); at 5e5 steps, the length the
     # preset is for: 485, 500, 485 (docs/agents.md; too slow for the suite).
     import json
@@ -306,7 +307,7 @@ def test_dqn_learns_cartpole_from_the_command_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "podracer.cli",
+            "podracer.cli.main",
             "train",
             "--agent",
             "dqn",
@@ -335,8 +336,8 @@ def test_a_dqn_tournament_carries_its_buffers_and_hyper_parameters(tmp_path):
     import json
 
     from podracer import runs
-    from podracer.anakin import AnakinConfig
-    from podracer.population import PopulationConfig
+    from podracer.loops.anakin import AnakinConfig
+    from podracer.population.tournament import PopulationConfig
 
     spec = runs.RunSpec(
         arch="anakin",

@@ -1,4 +1,4 @@
-"""A run is resolved once: through ``podracer.cli.main``, the command line is parsed once, the
+"""A run is resolved once: through ``podracer.cli.main.main``, the command line is parsed once, the
 agent spec looked up once, and the environment built once for the probe (plus each Sebulba
 actor's own), every one of them with the run's options."""
 
@@ -7,7 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from podracer import agents, cli, host_envs, parallel
+from podracer import agents, parallel
+from podracer.cli import main as cli
+from podracer.envs import host as host_envs
 from podracer.envs import options as env_options_module
 
 
@@ -192,8 +194,8 @@ def test_loop_neutral_sizes_reach_each_loops_fields():
     applies to that loop alone and wins; the old keyed form with a loop's field names still
     works; a key that is neither is an error naming it."""
     from podracer import loops
-    from podracer.anakin import AnakinConfig
-    from podracer.sebulba import SebulbaConfig
+    from podracer.loops.anakin import AnakinConfig
+    from podracer.loops.sebulba import SebulbaConfig
 
     values = {"envs": 16, "rollout_len": 8, "sebulba": {"rollout_len": 32}}
     assert loops.loop_values(values, "anakin") == {"num_envs": 16, "rollout_len": 8}

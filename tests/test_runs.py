@@ -13,12 +13,12 @@ import pytest
 
 from podracer import runs
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig
-from podracer.checkpoint import Checkpointer, CheckpointError
-from podracer.config import ConfigError
+from podracer.loops.anakin import AnakinConfig
+from podracer.runs.checkpoint import Checkpointer, CheckpointError
+from podracer.errors import ConfigError
 from podracer.envs import EnvOptions
 from podracer.loops.common import params_checksum
-from podracer.sebulba import SebulbaConfig
+from podracer.loops.sebulba import SebulbaConfig
 
 # 8 updates of 4 envs x 16 steps, two updates per call, checkpoints every 4 updates.
 SPEC = runs.RunSpec(
@@ -39,8 +39,8 @@ def one_device():
 
 def final_state(run_dir, spec=SPEC):
     """The state of a run's latest checkpoint, as NumPy leaves (keys as their raw data)."""
-    from podracer import anakin
-    from podracer.checkpoint import to_raw
+    from podracer.loops import anakin
+    from podracer.runs.checkpoint import to_raw
 
     system = anakin.build(
         spec.env,
@@ -225,18 +225,18 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(straight_run, tmp_path, 
     spec = dataclasses.replace(
         SPEC, options=dataclasses.replace(SPEC.options, checkpoint_interval=0, eval_interval=0)
     )
-    original = runs._Hooks.after_call
+    original = runs.training._Hooks.after_call
 
     def stop_after_six(self, state, updates, last):
         original(self, state, updates, last)
         if updates == 6:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(runs._Hooks, "after_call", stop_after_six)
+    monkeypatch.setattr(runs.training._Hooks, "after_call", stop_after_six)
     with pytest.raises(KeyboardInterrupt):
         runs.train(spec, interrupted, console=False, devices=one_device())
     assert Checkpointer(interrupted).steps() == [6]
-    monkeypatch.setattr(runs._Hooks, "after_call", original)
+    monkeypatch.setattr(runs.training._Hooks, "after_call", original)
     again = runs.train(spec, interrupted, resume=True, console=False, devices=one_device())
     assert again["params_checksum"] == summary["params_checksum"]
 
@@ -247,7 +247,7 @@ def test_ctrl_c_while_reporting_saves_the_state_under_its_own_update_count(
     """Ctrl-C in the progress callback: the host reports a call's metrics while the next call
     runs, so the state has moved on by one call; its checkpoint is labelled with the updates it
     holds (6, not the 4 being reported) and resumes to the uninterrupted run, bitwise."""
-    from podracer.logging import Logger
+    from podracer.runs.logging import Logger
 
     run_dir, summary = straight_run
     interrupted = str(tmp_path / "interrupted")
@@ -281,7 +281,8 @@ def test_ctrl_c_while_reporting_saves_the_state_under_its_own_update_count(
 
 
 def test_ctrl_c_before_the_first_update_saves_nothing_and_says_so(tmp_path, monkeypatch):
-    from podracer import anakin, cli
+    from podracer.loops import anakin
+    from podracer.cli import main as cli
 
     def interrupt_compiling(*args):
         raise KeyboardInterrupt
@@ -298,7 +299,7 @@ def test_ctrl_c_before_the_first_update_saves_nothing_and_says_so(tmp_path, monk
 
 
 def test_interrupted_messages_say_what_was_saved(tmp_path):
-    from podracer import cli
+    from podracer.cli import main as cli
 
     run_dir = str(tmp_path / "run")
     resume = f"podracer train --resume {run_dir}"
@@ -407,7 +408,7 @@ def test_orbax_resolves_a_local_directory_spec_as_tensorstore_does(tmp_path):
     import tensorstore
     from orbax.checkpoint._src.serialization import tensorstore_utils
 
-    from podracer.checkpoint import local_file_spec
+    from podracer.runs.checkpoint import local_file_spec
 
     for path in (str(tmp_path) + "/", "/a/b/c/", "/with space/x/"):
         spec = {"driver": "file", "path": path}
@@ -434,7 +435,7 @@ def test_evaluate_the_best_checkpoint(straight_run, capsys):
     assert result["updates"] == best and result["episodes"] == 2 * 2
     with pytest.raises(ConfigError, match="--best and --step"):
         runs.evaluate_run(run_dir, episodes=2, best=True, step=4)
-    from podracer import cli
+    from podracer.cli import main as cli
 
     assert cli.main(["eval", run_dir, "--best", "--episodes", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["updates"] == best
@@ -444,7 +445,7 @@ def test_default_run_dir_names_env_agent_arch_and_time():
     import re
     import time
 
-    from podracer.population import PopulationConfig
+    from podracer.population.tournament import PopulationConfig
 
     before = time.time()
     name = runs.default_run_dir(SPEC)
@@ -484,7 +485,7 @@ class FakeWandb:
 def test_wandb_logger_is_offline_unless_asked(tmp_path, monkeypatch, online):
     import sys
 
-    from podracer.logging import make_logger
+    from podracer.runs.logging import make_logger
 
     fake = FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
@@ -533,7 +534,8 @@ class _Stop(Exception):
 def test_wandb_flags_reach_the_logger_in_train_and_sweep(
     tmp_path, monkeypatch, flags, wandb, online
 ):
-    from podracer import cli, logging
+    from podracer.cli import main as cli
+    from podracer.runs import logging
 
     calls = []
 

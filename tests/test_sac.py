@@ -84,7 +84,7 @@ def test_sac_learns_pendulum_from_the_command_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "podracer.cli",
+            "podracer.cli.main",
             "train",
             "--agent",
             "sac",

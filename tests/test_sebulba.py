@@ -13,12 +13,12 @@ from flax import struct
 
 from podracer import agents, envs
 from podracer.agents import PPOConfig, build
-from podracer.config import ConfigError
+from podracer.errors import ConfigError
 from podracer.core import RolloutState, make_rollout, reset_envs
-from podracer.host_envs.jax_env import JaxHostEnvironment
+from podracer.envs.host.jax_env import JaxHostEnvironment
 from podracer.loops import make_recipe
-from podracer.sebulba import LOOP as SEBULBA
-from podracer.sebulba import SebulbaConfig, host_act, host_rollout, rollout_keys, run
+from podracer.loops.sebulba import LOOP as SEBULBA
+from podracer.loops.sebulba import SebulbaConfig, host_act, host_rollout, rollout_keys, run
 from podracer.types import ActorOutput, Agent, DiscreteActionSpec, ObservationSpec, TimeStep
 
 
@@ -290,7 +290,7 @@ def test_config_errors():
 
 @pytest.mark.slow
 def test_sebulba_ppo_learns_envpool_cartpole():
-    from podracer.sebulba import train
+    from podracer.loops.sebulba import loop as train
 
     config = SebulbaConfig(
         actor_device_ids=(0,), learner_device_ids=(1,), envs_per_actor=32, rollout_len=32
@@ -309,8 +309,8 @@ def test_sebulba_ppo_learns_envpool_cartpole():
 
 
 def test_async_collector_keeps_each_env_sequence():
-    from podracer import host_envs
-    from podracer.sebulba.system import AsyncCollector, Timers
+    from podracer.envs import host as host_envs
+    from podracer.loops.sebulba.system import AsyncCollector, Timers
 
     env = host_envs.make("envpool:CartPole-v1", num_envs=6, batch_size=3, seed=3)
     agent, _ = build(PPOConfig(), 2, num_updates=1)
@@ -358,8 +358,8 @@ def test_async_collector_matches_each_env_log(stateful):
     grow: batches of 1 let some envs run far ahead)."""
     from test_contracts import counting_agent
 
-    from podracer import host_envs
-    from podracer.sebulba.system import AsyncCollector, Timers
+    from podracer.envs import host as host_envs
+    from podracer.loops.sebulba.system import AsyncCollector, Timers
 
     if stateful:
         agent = counting_agent(num_actions=2)
@@ -404,7 +404,7 @@ def test_async_collector_matches_each_env_log(stateful):
 @pytest.mark.slow
 def test_atari_smoke_impala_breakout_two_actor_threads():
     from podracer.agents.impala import IMPALAConfig
-    from podracer.sebulba import train
+    from podracer.loops.sebulba import loop as train
 
     config = SebulbaConfig(
         actor_device_ids=(0,),
@@ -433,7 +433,7 @@ def test_atari_smoke_impala_breakout_two_actor_threads():
 @pytest.mark.slow
 def test_sebulba_impala_learns_envpool_cartpole():
     from podracer.agents.impala import IMPALAConfig
-    from podracer.sebulba import train
+    from podracer.loops.sebulba import loop as train
 
     config = SebulbaConfig(
         actor_device_ids=(0,),
@@ -488,7 +488,7 @@ def test_ctrl_c_stops_every_thread():
 
 
 def test_removed_names_say_what_replaced_them():
-    import podracer.sebulba as sebulba
+    import podracer.loops.sebulba as sebulba
 
     with pytest.raises(AttributeError, match=r"make_act was removed: .*host_act"):
         sebulba.make_act  # noqa: B018

@@ -9,7 +9,7 @@ import jax
 import pytest
 
 from podracer.agents import PPOConfig
-from podracer.sebulba import SebulbaConfig
+from podracer.loops.sebulba import SebulbaConfig
 
 pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
 
@@ -21,7 +21,7 @@ def config():
 
 
 def learn(env_id, agent_config, total_timesteps):
-    from podracer.sebulba import train
+    from podracer.loops.sebulba import loop as train
 
     result = train(
         env_id,

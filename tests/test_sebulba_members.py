@@ -13,14 +13,16 @@ import jax
 import numpy as np
 import pytest
 
-from podracer import loops, population, runs
+from podracer import loops
+from podracer.population import tournament as population
+from podracer import runs
 from podracer.agents import IMPALAConfig, PPOConfig
-from podracer.anakin import AnakinConfig
-from podracer.checkpoint import Checkpointer
-from podracer.host_envs.members import MemberEnvironments
+from podracer.loops.anakin import AnakinConfig
+from podracer.runs.checkpoint import Checkpointer
+from podracer.envs.host.members import MemberEnvironments
 from podracer.loops.common import params_checksum
-from podracer.sebulba import SebulbaConfig
-from podracer.sebulba.system import member_stats, recent_scores
+from podracer.loops.sebulba import SebulbaConfig
+from podracer.loops.sebulba.system import member_stats, recent_scores
 
 PPO = PPOConfig(num_minibatches=2, hidden_sizes=(16,), anneal_lr=False)
 
@@ -276,7 +278,7 @@ def test_a_sweep_on_sebulba_is_one_program(two_devices):
     """A sweep's grid runs as one Sebulba program: four members, each learning with its
     combination's learning rate (1e-12 leaves a member's params within 1e-9 of where they
     started; 1e-3 moves them)."""
-    from podracer import sweep
+    from podracer.experiments import sweep
 
     grid = sweep.Grid({"lr": (1e-12, 1e-3)}, seeds=2)
     agent = IMPALAConfig(hidden_sizes=(16,))

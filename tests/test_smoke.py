@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from podracer import agents, cli, loops, parallel
-from podracer.checkpoint import Checkpointer
+from podracer import agents, loops, parallel
+from podracer.cli import main as cli
+from podracer.runs.checkpoint import Checkpointer
 from podracer.loops.common import params_checksum
 from podracer.runs import load_spec, restore_run
 

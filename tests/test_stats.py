@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from podracer.stats import SUMMARY_KEYS, bootstrap_ci, format_table, iqm, summarize
+from podracer.util.stats import SUMMARY_KEYS, bootstrap_ci, format_table, iqm, summarize
 
 
 def trim_mean_reference(x, proportion=0.25):

@@ -1,4 +1,4 @@
-"""Craftax through podracer's adapter (podracer.envs.craftax): 200 steps of 4 Craftax-Classic
+"""Craftax through podracer's adapter (podracer.envs.jax.craftax): 200 steps of 4 Craftax-Classic
 environments equal Craftax's own reset / step driven here with the adapter's key convention and
 same-step auto-reset (its batch step, which resets only the ended episodes, equals its step
 vmapped), with the time limit a truncation and a death a termination; inside
@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec
 
 craftax = pytest.importorskip("craftax")
@@ -182,7 +182,7 @@ def test_inside_shard_map(env, rollouts):
     varying in shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the rollout does
     (lowered only: Craftax compiles slowly)."""
-    from podracer.anakin import env_checks_vma
+    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
 
     # The environment asks for an unchecked shard_map, which Anakin gives it.
@@ -280,7 +280,7 @@ def test_other_variants_trace(name, num_actions, shape, trace):
 
 
 def test_names_and_errors():
-    from podracer.envs import craftax as craftax_envs
+    from podracer.envs.jax import craftax as craftax_envs
 
     assert craftax_envs.names() == craftax_envs.KNOWN
     with pytest.raises(ConfigValueError, match="Did you mean 'craftax:Craftax-Symbolic-v1'"):
@@ -290,7 +290,7 @@ def test_names_and_errors():
 
 
 def test_reset_sizes_hold_every_count_within_four_times():
-    from podracer.envs.craftax import reset_sizes
+    from podracer.envs.jax.craftax import reset_sizes
 
     assert reset_sizes(4) == [0, 1, 4] and reset_sizes(1) == [0, 1]
     assert reset_sizes(64) == [0, 1, 4, 16, 64]

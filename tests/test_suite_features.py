@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from resume_check import straight_and_resumed
 
-from podracer import population as pop
+from podracer.population import tournament as pop
 from podracer import runs
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig
+from podracer.loops.anakin import AnakinConfig
 
 pytest.importorskip("jumanji")
 

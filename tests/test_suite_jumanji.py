@@ -1,4 +1,4 @@
-"""Jumanji through podracer's adapter (podracer.envs.jumanji): 200 steps of 4 environments equal
+"""Jumanji through podracer's adapter (podracer.envs.jax.jumanji): 200 steps of 4 environments equal
 Jumanji's own reset / step driven here with the adapter's key convention and same-step
 auto-reset; the adapter under jit(vmap) and inside shard_map; specs, refusals and errors.
 
@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.types import ACTION_MASK, DiscreteActionSpec, ObservationSpec, is_spec_leaf
 
 jumanji = pytest.importorskip("jumanji")
@@ -28,7 +28,7 @@ jumanji = pytest.importorskip("jumanji")
 from jumanji.environments.routing.maze.generator import RandomGenerator  # noqa: E402
 from jumanji.wrappers import Wrapper  # noqa: E402
 
-from podracer.envs.jumanji import JumanjiEnvironment, to_dict  # noqa: E402
+from podracer.envs.jax.jumanji import JumanjiEnvironment, to_dict# noqa: E402
 
 N, STEPS = 4, 200
 LAST = 2  # jumanji.types.StepType.LAST
@@ -219,7 +219,7 @@ def sharded_rollout(env, check_vma):
 def test_runs_inside_shard_map_as_under_jit(env, rollouts):
     """Unchecked, as Anakin runs it (the environment's check_vma = False); Snake traces in a
     checked shard_map too."""
-    from podracer.anakin import env_checks_vma
+    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
 
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
@@ -274,7 +274,7 @@ def test_specs(env, rollouts):
 
 
 def test_names_refusals_and_errors(monkeypatch):
-    from podracer.envs import jumanji as jumanji_envs
+    from podracer.envs.jax import jumanji as jumanji_envs
 
     assert set(jumanji_envs.KNOWN) <= set(jumanji_envs.names())
     with pytest.raises(ConfigValueError, match="Did you mean 'jumanji:Snake-v1'"):

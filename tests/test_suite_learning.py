@@ -38,7 +38,7 @@ def test_ppo_solves_navix_empty(suite_learning):
     about 25 s to train on 2 cores); the random policy reaches it in about 40% (measured: 0.37
     over 128 episodes, the rest run into the 100-step time limit)."""
     pytest.importorskip("navix")
-    from podracer import cli
+    from podracer.cli import main as cli
 
     spec, _ = cli.run_spec(
         ["--agent", "ppo", "--env", "navix:Navix-Empty-5x5-v0", "--total-timesteps", "100000"]

@@ -1,4 +1,4 @@
-"""NAVIX through podracer's adapter (podracer.envs.navix): 200 steps of 4 environments equal
+"""NAVIX through podracer's adapter (podracer.envs.jax.navix): 200 steps of 4 environments equal
 NAVIX's own reset / step driven here with the adapter's key convention and same-step
 auto-reset; the adapter under jit(vmap) and inside shard_map, where its step needs
 check_vma=False (NAVIX's conds fail shard_map's varying-axes check: the adapter names the
@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec
 
 navix = pytest.importorskip("navix")
@@ -133,7 +133,7 @@ def test_inside_shard_map(env, rollouts):
     in shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the whole
     rollout runs there and equals jit(vmap)'s."""
-    from podracer.anakin import env_checks_vma
+    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
 
     # The environment asks for an unchecked shard_map, which Anakin gives it.
@@ -189,7 +189,7 @@ def test_specs(env, rollouts):
 
 
 def test_names_and_unknown_name():
-    from podracer.envs import navix as navix_envs
+    from podracer.envs.jax import navix as navix_envs
 
     assert set(navix_envs.KNOWN) <= set(navix_envs.names())
     assert "Navix-Empty-5x5-v0" in navix_envs.names()

@@ -1,4 +1,4 @@
-"""pgx through podracer's adapter (podracer.envs.pgx): 200 steps of 4 environments equal pgx's
+"""pgx through podracer's adapter (podracer.envs.jax.pgx): 200 steps of 4 environments equal pgx's
 own init / step driven here with the adapter's key convention and same-step auto-reset; the
 adapter under jit(vmap) and inside an unchecked shard_map (as Anakin runs it: pgx's code fails
 a checked one, for which the adapter has a one-line error); specs, refusals and errors.
@@ -17,7 +17,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.types import ACTION_MASK, DiscreteActionSpec, ObservationSpec
 
 pgx = pytest.importorskip("pgx")
@@ -155,7 +155,7 @@ def test_inside_shard_map(env, rollouts):
     """Unchecked, as Anakin runs it (the environment's check_vma = False), the rollout equals
     jit(vmap)'s; pgx's MinAtar code (a lax.cond with a branch of constants) fails a checked
     shard_map, which the adapter names in one line."""
-    from podracer.anakin import env_checks_vma
+    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
 
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
@@ -217,7 +217,7 @@ def test_specs(env, rollouts):
 
 
 def test_names_refusals_and_errors(monkeypatch):
-    from podracer.envs import pgx as pgx_envs
+    from podracer.envs.jax import pgx as pgx_envs
 
     assert set(pgx_envs.KNOWN) <= set(pgx_envs.names())
     with pytest.raises(ConfigValueError, match="Did you mean 'pgx:minatar-breakout'"):

@@ -1,4 +1,4 @@
-"""MuJoCo Playground through podracer's adapter (podracer.envs.playground): 200 steps of 4
+"""MuJoCo Playground through podracer's adapter (podracer.envs.jax.playground): 200 steps of 4
 environments equal Playground's own reset / step driven here with the adapter's key convention,
 action repeat, time limit and same-step auto-reset; the adapter inside shard_map (MJX's loops
 need the adapter's varying control flow there) equals it under jit(vmap); specs, dict
@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.envs.wrappers import EpisodeStatistics
 from podracer.types import BoundedActionSpec, ObservationSpec
 
@@ -281,7 +281,7 @@ def test_dict_observation(dict_env_name):
 
 
 def test_names_and_errors():
-    from podracer.envs import playground
+    from podracer.envs.jax import playground
 
     assert set(playground.KNOWN) <= set(playground.names())
     assert "Go1JoystickFlatTerrain" in playground.names()
@@ -313,13 +313,13 @@ def test_locomotion_without_menagerie_says_how_to_fetch_it():
 @pytest.mark.slow
 def test_a_run_checkpoints_and_resumes_exactly(tmp_path, one_device):
     """A training run on MuJoCo Playground with checkpoints (MJX's state holds arrays of no
-    elements, which orbax refuses alone: podracer.checkpoint stores them as nothing), resumed
+    elements, which orbax refuses alone: podracer.runs.checkpoint stores them as nothing), resumed
     from its first checkpoint to the same params as the run that went straight on."""
     from resume_check import straight_and_resumed
 
     from podracer import runs
     from podracer.agents import PPOConfig
-    from podracer.anakin import AnakinConfig
+    from podracer.loops.anakin import AnakinConfig
 
     spec = runs.RunSpec(
         arch="anakin",

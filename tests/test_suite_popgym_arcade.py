@@ -1,4 +1,4 @@
-"""POPGym Arcade through podracer's adapter (podracer.envs.popgym_arcade): 200 steps of 4
+"""POPGym Arcade through podracer's adapter (podracer.envs.jax.popgym_arcade): 200 steps of 4
 environments equal POPGym Arcade's own reset_env / step_env driven here with the adapter's key
 convention and same-step auto-reset; the adapter under jit(vmap) and inside an unchecked
 shard_map, as Anakin runs it (and its one-line error where POPGym Arcade's code fails a checked
@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec
 
 popgym_arcade = pytest.importorskip("popgym_arcade")
@@ -187,7 +187,7 @@ def sharded_rollout(env, check_vma):
 def test_runs_inside_shard_map_as_under_jit(env, rollouts):
     """Unchecked, as Anakin runs it (the environment's check_vma = False); CountRecall traces
     in a checked shard_map too."""
-    from podracer.anakin import env_checks_vma
+    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
 
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
@@ -263,7 +263,7 @@ def test_specs_and_options(env, rollouts):
 
 
 def test_names_and_errors(monkeypatch):
-    from podracer.envs import popgym_arcade as arcade_envs
+    from podracer.envs.jax import popgym_arcade as arcade_envs
 
     assert set(arcade_envs.KNOWN) <= set(arcade_envs.names()) and len(arcade_envs.names()) == 30
     with pytest.raises(ConfigValueError, match="Did you mean 'popgym_arcade:CountRecallEasy'"):

@@ -1,4 +1,4 @@
-"""xminigrid through podracer's adapter (podracer.envs.xminigrid): 200 steps of 4 environments
+"""xminigrid through podracer's adapter (podracer.envs.jax.xminigrid): 200 steps of 4 environments
 equal xminigrid's own reset / step driven here with the adapter's key convention and same-step
 auto-reset; the adapter under jit(vmap) and inside shard_map, where its step needs
 check_vma=False (xminigrid's conds fail shard_map's varying-axes check: the adapter names the
@@ -17,7 +17,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec
 
 xminigrid = pytest.importorskip("xminigrid")
@@ -138,7 +138,7 @@ def test_inside_shard_map(env, rollouts):
     shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the whole
     rollout runs there and equals jit(vmap)'s."""
-    from podracer.anakin import env_checks_vma
+    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
 
     # The environment asks for an unchecked shard_map, which Anakin gives it.
@@ -209,7 +209,7 @@ def test_specs_and_params(env, rollouts):
 
 
 def test_names_and_errors():
-    from podracer.envs import xminigrid as xminigrid_envs
+    from podracer.envs.jax import xminigrid as xminigrid_envs
 
     assert set(xminigrid_envs.KNOWN) <= set(xminigrid_envs.names())
     assert "MiniGrid-Empty-5x5" in xminigrid_envs.names()

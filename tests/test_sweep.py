@@ -6,11 +6,12 @@ import jax
 import numpy as np
 import pytest
 
-from podracer import agents, loops, stats
-from podracer import sweep as sweeps
+from podracer import agents, loops
+from podracer.util import stats
+from podracer.experiments import sweep as sweeps
 from podracer.agents import PPOConfig
-from podracer.anakin import AnakinConfig, train
-from podracer.config import ConfigError
+from podracer.loops.anakin import AnakinConfig, train
+from podracer.errors import ConfigError
 
 PPO = PPOConfig(num_epochs=2, num_minibatches=2, hidden_sizes=(32, 32))
 CONFIG = AnakinConfig(num_envs=4, rollout_len=16, updates_per_call=3)

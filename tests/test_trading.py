@@ -1,4 +1,4 @@
-"""The trading environment (podracer/envs/trading.py): FinRL's rules against a NumPy
+"""The trading environment (podracer/trading/environment.py): FinRL's rules against a NumPy
 re-implementation, its periods (nothing read past the split, nothing from after day t in day
 t's observation), its parameters and their errors, and both loops on it."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from podracer import envs
-from podracer.config import ConfigError
-from podracer.envs import market, trading
-from podracer.envs.trading import Trading, TradingParams
+from podracer.errors import ConfigError
+from podracer.trading import market, environment as trading
+from podracer.trading.environment import Trading, TradingParams
 
 
 def random_prices(days=300, assets=4, seed=0):
@@ -202,9 +202,9 @@ def test_evaluations_play_the_validation_period_on_both_loops():
     """Anakin's evaluator (and a population's scores) and Sebulba's evaluation environment
     play the whole validation period from its first day, not training windows."""
     from podracer import agents
-    from podracer.evaluation import make_evaluator
-    from podracer.sebulba import SebulbaConfig
-    from podracer.sebulba.train import env_factory
+    from podracer.core.evaluation import make_evaluator
+    from podracer.loops.sebulba import SebulbaConfig
+    from podracer.loops.sebulba.loop import env_factory
 
     env = envs.make_with_options("trading:synthetic", SMALL)
     validation = env.default_params.replace(period="validation", window=0)
@@ -231,7 +231,7 @@ def test_sebulba_trains_on_trading_and_its_run_backtests(tmp_path, capsys):
     ``podracer backtest`` plays its learner's params over the test period."""
     import json
 
-    from podracer import cli
+    from podracer.cli import main as cli
 
     run_dir = str(tmp_path / "run")
     params = [f"--env-param={k}={v}" for k, v in SMALL.params]
@@ -249,7 +249,7 @@ def test_backtest_takes_a_populations_best_member(tmp_path):
     """The best member of the last leaderboard record (members are listed best first)."""
     import json
 
-    from podracer import backtest
+    from podracer.cli import backtest
 
     assert backtest.best_member(str(tmp_path)) is None
     records = [

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from podracer import cli
-from podracer.envs import trading
+from podracer.cli import main as cli
+from podracer.trading import environment as trading
 
 pytestmark = pytest.mark.slow  # the full tier (docs/design.md, "Tests")
 

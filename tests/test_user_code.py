@@ -24,7 +24,7 @@ from flax import struct
 from podracer.agents import AgentSpec, Space
 from podracer.agents.policy import make_categorical_act, select
 from podracer.agents.spec import num_actions
-from podracer.config import check_positive
+from podracer.util.validation import check_positive
 from podracer.core.returns import gae
 from podracer.types import Agent, DiscreteActionSpec, ObservationSpec, TimeStep
 
@@ -142,7 +142,7 @@ def podracer(cwd, *args, timeout=240):
     if args[0] in ("train", "sweep") and "--resume" not in args:
         quiet.append("--no-tensorboard")
     proc = subprocess.run(
-        [sys.executable, "-m", "podracer.cli", *args, *quiet],
+        [sys.executable, "-m", "podracer.cli.main", *args, *quiet],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -239,7 +239,7 @@ def test_unknown_user_paths_are_one_line_errors(user_dir):
         (("--env", "my_module:Missing"), "has no 'Missing'"),
     ):
         proc = subprocess.run(
-            [sys.executable, "-m", "podracer.cli", "train", *args, "--total-timesteps", "100"],
+            [sys.executable, "-m", "podracer.cli.main", "train", *args, "--total-timesteps", "100"],
             cwd=user_dir,
             capture_output=True,
             text=True,

@@ -40,7 +40,8 @@ from podracer.agents.policy import (
     select,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import ConfigError, check_positive, check_range
+from podracer.errors import ConfigError
+from podracer.util.validation import check_positive, check_range
 from podracer.core import memory
 from podracer.core.replay import (
     NStepItem,
@@ -389,7 +390,7 @@ SPEC = AgentSpec(
             },
         },
         # Jumanji's Snake (jumanji:Snake-v1; the family "snake": PPO's snake preset says why it
-        # is one and what podracer/presets.py needs for it): the grid through the MinAtar CNN
+        # is one and what podracer/loops/presets.py needs for it): the grid through the MinAtar CNN
         # ([H, W, C]) as Jumanji's Snake network does, the unscaled step count (0 to 4,000)
         # through the 128-128 MLP with tanh, where it saturates (with relu it grows with the
         # step count into every q-value: 7.5 fruits an episode against tanh's 10.4 at 3e5

@@ -38,7 +38,7 @@ from podracer.agents.policy import (
     recurrent_net,
 )
 from podracer.agents.spec import AgentSpec, Space
-from podracer.config import check_choice, check_positive, check_range
+from podracer.util.validation import check_choice, check_positive, check_range
 from podracer.core import memory
 from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, vtrace

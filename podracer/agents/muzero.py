@@ -64,17 +64,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer import ops
+from podracer.util import ops
 from podracer.agents.dqn import init_target, target_update
 from podracer.agents.optim import clipped_adam
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import (
-    ConfigError,
-    check_choice,
-    check_positive,
-    check_range,
-    import_extra,
-)
+from podracer.errors import ConfigError
+from podracer.util.validation import check_choice, check_positive, check_range
+from podracer.util.imports import import_extra
 from podracer.core.replay import Replay, ReplayBatch, ReplayFields, n_step_targets
 from podracer.networks import (
     ACTIVATIONS,
@@ -84,7 +80,7 @@ from podracer.networks import (
     legal_actions,
     make_torso,
 )
-from podracer.ops import varying_axes
+from podracer.util.ops import varying_axes
 from podracer.types import (
     ActionSpec,
     ActorOutput,
@@ -282,7 +278,7 @@ class MuZeroResNet(nn.Module):
 
 
 def _conv3x3(channels: int) -> nn.Conv:
-    """A 3x3 stride-1 ``SAME`` convolution through :func:`podracer.ops.conv_general_dilated`
+    """A 3x3 stride-1 ``SAME`` convolution through :func:`podracer.util.ops.conv_general_dilated`
     (the same values; a gradient XLA:CPU runs fast inside loops)."""
     return nn.Conv(channels, (3, 3), padding="SAME", conv_general_dilated=ops.conv_general_dilated)
 

@@ -15,7 +15,8 @@ import numpy as np
 import optax
 
 from podracer.agents.spec import num_actions
-from podracer.config import ConfigError, check_choice, check_layer_sizes, check_positive
+from podracer.errors import ConfigError
+from podracer.util.validation import check_choice, check_layer_sizes, check_positive
 from podracer.core import memory as memory_lib
 from podracer.networks import (
     ACTIVATIONS,
@@ -219,7 +220,7 @@ class SequenceFields:
             rollout_len, num_envs, getattr(self, "num_minibatches", 1)
         )
         if rollout_len % window:
-            from podracer.config import ConfigValueError
+            from podracer.errors import ConfigValueError
 
             raise ConfigValueError(
                 f"{type(self).__name__}.sequence_window={self.sequence_window} is not allowed "

@@ -32,7 +32,7 @@ from podracer.agents.policy import (
     recurrent_net,
 )
 from podracer.agents.spec import AgentSpec, Space
-from podracer.config import check_positive, check_range
+from podracer.util.validation import check_positive, check_range
 from podracer.core import memory
 from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, gae
@@ -292,7 +292,7 @@ SPEC = AgentSpec(
             },
             "loop": {"envs": 8, "rollout_len": 256},
         },
-        # Stock trading (podracer.envs.trading): 2048 steps per update, observations (prices,
+        # Stock trading (podracer.trading.environment): 2048 steps per update, observations (prices,
         # positions, indicators) and rewards (changes of value) normalised. Tuned here on
         # trading:synthetic with a planted signal: test-period Sharpe 4.0 against equal
         # weight's 1.7 after 1.5e5 steps (tests/test_trading_learning.py).
@@ -354,7 +354,7 @@ SPEC = AgentSpec(
             "loop": {"envs": 64, "rollout_len": 64},
         },
         # Jumanji's Snake (jumanji:Snake-v1): the family "snake", jumanji:Snake-*, which must come
-        # before "jumanji" in podracer/presets.py's FAMILIES (until it does, this preset is not
+        # before "jumanji" in podracer/loops/presets.py's FAMILIES (until it does, this preset is not
         # applied: give its values as flags). Not the jumanji family's: the "grid" entry is
         # Snake's, and the family's other games fail with this network. The grid [12, 12, 5]
         # goes through the MinAtar CNN ([H, W, C]), as Jumanji's own Snake network is a small CNN

@@ -44,7 +44,7 @@ from podracer.agents.policy import (
     select,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.config import check_positive, check_range
+from podracer.util.validation import check_positive, check_range
 from podracer.core import memory
 from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
 

@@ -38,7 +38,7 @@ import optax
 from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import action_size, check_bounded
 from podracer.agents.spec import AgentSpec, Space
-from podracer.config import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.util.validation import check_choice, check_layer_sizes, check_positive, check_range
 from podracer.core.replay import NStepItem, Replay, ReplayBatch, ReplayFields, n_step_items
 from podracer.networks import ACTIVATIONS, MLP, flatten_observations
 from podracer.types import ActionSpec, ActorOutput, Agent, LossOutput, Trajectory
@@ -283,7 +283,7 @@ SPEC = AgentSpec(
     presets={
         # Measured on gymnax:Pendulum-v1: -155 after 3e4 steps (seed 0).
         "classic_continuous": {"agent": {"hidden_sizes": (64, 64)}},
-        # Stock trading (podracer.envs.trading): 512 steps per update and 32 gradient steps of
+        # Stock trading (podracer.trading.environment): 512 steps per update and 32 gradient steps of
         # 256 on 128-128 networks, so that 1e6 steps train in minutes on a CPU. Measured on
         # trading:synthetic with a planted signal: test-period Sharpe 4.6 against equal
         # weight's 1.7 after 1.5e5 steps, 3.1K steps/s on 2 CPU cores (docs/trading.md).

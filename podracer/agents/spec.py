@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import optax
 
-from podracer.config import ConfigError, ConfigValueError
+from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import ActionSpec, Agent, DiscreteActionSpec, Learner, ObservationSpec
 
 
@@ -79,7 +79,7 @@ class AgentSpec(NamedTuple):
       trains with (default: :func:`epochs_learner`, epochs of minibatches, or replay for an
       agent that asks for one in ``Agent.replay``);
     - ``presets``: ``{family: {"agent": {field: value}, "loop": {size: value}}}``, defaults
-      for an environment family of :data:`podracer.presets.FAMILIES` (``"mujoco"``,
+      for an environment family of :data:`podracer.loops.presets.FAMILIES` (``"mujoco"``,
       ``"brax"``, ...), which the command line applies under the user's values; ``"loop"``
       holds loop-neutral sizes, as ``loop_defaults`` does, and a section under a loop's name
       applies to that loop alone.

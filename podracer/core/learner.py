@@ -15,8 +15,8 @@ import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
-from podracer.config import ConfigValueError
-from podracer.ops import varying_axes
+from podracer.errors import ConfigValueError
+from podracer.util.ops import varying_axes
 from podracer.types import Agent, Learner, LearnerState, LossOutput, MeanFn, Metrics, Trajectory
 
 AGENT_STATE_STREAM = 3
@@ -331,7 +331,7 @@ def make_learner(
         around the unrolled body), so the loops choose it there
         for image torsos whose convolutions keep JAX's gradient
         (:func:`podracer.loops.layout.learner_layout`; the IMPALA ResNet's go through
-        :mod:`podracer.ops` and run well in loops); other backends keep the loops.
+        :mod:`podracer.util.ops` and run well in loops); other backends keep the loops.
       microbatch_steps: when > 0, each minibatch's gradient is the mean of the gradients of
         equal slices of at most this many environment steps each (whole samples: one IMPALA
         sample is a sequence), taken one after another — gradient accumulation. For losses that

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from podracer.config import check_range
-from podracer.ops import vary_as
+from podracer.util.validation import check_range
+from podracer.util.ops import vary_as
 from podracer.types import Agent, MeanFn, ObservationSpec, Trajectory
 
 EPSILON = 1e-8
@@ -163,7 +163,7 @@ def normalised(
     if by_obs and observation_spec is None:
         raise ValueError("normalised: normalize_observations needs the observation spec")
     if by_obs and not isinstance(observation_spec, ObservationSpec):
-        from podracer.config import ConfigError
+        from podracer.errors import ConfigError
 
         raise ConfigError(
             "normalize_observations=True is not allowed with dict observations (these are a "

@@ -48,7 +48,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from podracer.config import ConfigError, ConfigValueError, check_positive, check_range
+from podracer.errors import ConfigError, ConfigValueError
+from podracer.util.validation import check_positive, check_range
 from podracer.core.learner import Fit, Parts
 from podracer.types import Trajectory
 
@@ -82,7 +83,7 @@ class ReplayFields:
         check_range(self, "priority_exponent", 0.0, None)
         check_range(self, "importance_exponent", 0.0, 1.0)  # 1: full correction
         if self.batch_size > self.buffer_size:
-            from podracer.config import ConfigError
+            from podracer.errors import ConfigError
 
             raise ConfigError(
                 f"{type(self).__name__}.batch_size={self.batch_size} is not allowed: it must be "

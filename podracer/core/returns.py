@@ -13,7 +13,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from podracer.ops import vary_as
+from podracer.util.ops import vary_as
 
 
 def _gae_one_stream(r_t, v_tm1, v_t, terminated_t, truncated_t, gamma, lambda_):

@@ -17,7 +17,7 @@ from podracer.core.acting import (
     reset_and_act,
     step_and_record,
 )
-from podracer.ops import vary_like
+from podracer.util.ops import vary_like
 from podracer.types import (
     Agent,
     EnvSpec,

@@ -4,9 +4,9 @@ Ids: ``"catch"`` (the Podracer paper's demo), ``"gymnax:<name>"`` for every envi
 gymnax, discrete (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...) or continuous
 (``gymnax:Pendulum-v1``, ``gymnax:MountainCarContinuous-v0``, ...), ``"brax:<name>"`` for brax's
 environments (``brax:ant``, ``brax:halfcheetah``, ...; options in the id as a query string,
-``brax:ant?backend=positional&episode_length=100``, see :mod:`podracer.envs.brax`; brax is an
+``brax:ant?backend=positional&episode_length=100``, see :mod:`podracer.envs.jax.brax`; brax is an
 optional extra), ``"trading:synthetic"`` and ``"trading:PATH.csv"`` (a portfolio of
-stocks, :mod:`podracer.envs.trading`), the JAX suites' ``"<family>:<name>"`` (``playground:``,
+stocks, :mod:`podracer.trading.environment`), the JAX suites' ``"<family>:<name>"`` (``playground:``,
 ``craftax:``, ``jumanji:``, ``navix:``, ``xminigrid:``, ``popgym_arcade:``, ``pgx:``; each an
 optional extra, :data:`podracer.envs.suites.FAMILIES`), an id added with :func:`register`, and
 ``"module:attribute"``: a user's environment class or factory, imported from ``sys.path`` or
@@ -25,12 +25,12 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from podracer.config import ConfigValueError
-from podracer.envs import brax as brax_envs
-from podracer.envs import trading
-from podracer.envs.brax import BRAX_IDS, BraxEnvironment  # brax itself: when a brax: id is made
-from podracer.envs.catch import Catch
-from podracer.envs.gymnax import CONTINUOUS_IDS, DISCRETE_IDS, GymnaxEnvironment
+from podracer.errors import ConfigValueError
+from podracer.envs.jax import brax as brax_envs
+from podracer.trading import environment as trading
+from podracer.envs.jax.brax import BRAX_IDS, BraxEnvironment# brax itself: when a brax: id is made
+from podracer.envs.jax.catch import Catch
+from podracer.envs.jax.gymnax import CONTINUOUS_IDS, DISCRETE_IDS, GymnaxEnvironment
 from podracer.envs.options import EnvOptions, make_with_options
 from podracer.envs.suites import FAMILIES
 from podracer.envs.wrappers import EpisodeStatistics, ObservationMask, WithParams

@@ -5,7 +5,7 @@ environment (``--env-param NAME=VALUE``, ``--env-observe INDICES``).
 :class:`~podracer.loops.Recipe`; every environment of a run is built with them by one factory
 per kind: :func:`make_with_options` for a JAX environment (Anakin's rollout and evaluator, a
 population's tournament, a JAX environment stepped on Sebulba's host) and
-:func:`podracer.host_envs.make` for a host environment (Sebulba's actors, evaluator and probe).
+:func:`podracer.envs.host.make` for a host environment (Sebulba's actors, evaluator and probe).
 
 - ``params``: for a JAX environment (``catch``, ``gymnax:``, ``brax:``, a registered or
   ``module:attribute`` id) the fields of its ``default_params`` (gymnax's ``EnvParams``), which
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from podracer.config import ConfigError
+from podracer.errors import ConfigError
 
 PARAM_FLAG = "--env-param"
 OBSERVE_FLAG = "--env-observe"
@@ -330,11 +330,11 @@ def param_defaults(env_id: str) -> dict[str, Any]:
     """Every parameter ``--env-param`` can name for ``env_id`` and its default: a host
     environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields."""
     if env_id.startswith("envpool:"):
-        from podracer.host_envs import envpool
+        from podracer.envs.host import envpool
 
         return envpool.option_defaults(env_id)
     if env_id.startswith("gymnasium:"):
-        from podracer.host_envs import gymnasium
+        from podracer.envs.host import gymnasium
 
         return gymnasium.option_defaults(env_id)
     from podracer import envs

@@ -17,17 +17,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.types import ObservationSpec
 
 FAMILIES: dict[str, tuple[str, str]] = {
-    "playground:": ("podracer.envs.playground", "playground"),
-    "craftax:": ("podracer.envs.craftax", "craftax"),
-    "jumanji:": ("podracer.envs.jumanji", "jumanji"),
-    "navix:": ("podracer.envs.navix", "navix"),
-    "xminigrid:": ("podracer.envs.xminigrid", "xminigrid"),
-    "popgym_arcade:": ("podracer.envs.popgym_arcade", "popgym_arcade"),
-    "pgx:": ("podracer.envs.pgx", "pgx"),
+    "playground:": ("podracer.envs.jax.playground", "playground"),
+    "craftax:": ("podracer.envs.jax.craftax", "craftax"),
+    "jumanji:": ("podracer.envs.jax.jumanji", "jumanji"),
+    "navix:": ("podracer.envs.jax.navix", "navix"),
+    "xminigrid:": ("podracer.envs.jax.xminigrid", "xminigrid"),
+    "popgym_arcade:": ("podracer.envs.jax.popgym_arcade", "popgym_arcade"),
+    "pgx:": ("podracer.envs.jax.pgx", "pgx"),
 }
 """The suites' id prefixes, each with its adapter module and the name of its optional extra
 (``pip install 'podracer[<extra>]'``, or ``podracer[envs]`` for all of them)."""

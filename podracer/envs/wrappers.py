@@ -97,7 +97,7 @@ class ObservationMask:
         self.id = env.id
         spec = env.observation_spec
         if not isinstance(spec, ObservationSpec):
-            from podracer.config import ConfigValueError
+            from podracer.errors import ConfigValueError
 
             raise ConfigValueError(
                 f"--env-observe is not allowed with {env_id or env.id}, whose observations are a "

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from podracer import parallel
-from podracer.config import ConfigValueError
+from podracer.errors import ConfigValueError
 from podracer.envs.options import EnvOptions
 from podracer.loops.common import Members, Periodic, RunHooks, RunResult
 from podracer.loops.layout import LearnerLayout, LearnerLayoutFields, learner_layout
@@ -68,7 +68,7 @@ class System(Protocol):
         self, *, seed: int, episodes: int, greedy: bool
     ) -> Callable[[Any, int], np.ndarray]:
         """``evaluate(state, updates) -> returns [members, episodes]`` on fresh environments,
-        with keys of its own (:data:`podracer.seeding.EVAL_SEED_OFFSET`)."""
+        with keys of its own (:data:`podracer.util.seeding.EVAL_SEED_OFFSET`)."""
 
 
 class Loop(NamedTuple):
@@ -92,7 +92,7 @@ class Loop(NamedTuple):
       given (:func:`podracer.parallel.spread_members`): Anakin puts them on as many cores as
       divide them, and splits each member's environments over the cores left over where its
       batch is large enough;
-    - ``runs_in_pods``: the elastic tournament's pods (:mod:`podracer.elastic`) can run it: a
+    - ``runs_in_pods``: the elastic tournament's pods (:mod:`podracer.experiments.elastic`) can run it: a
       pod drives its population one compiled segment of ``interval`` updates at a time and
       reads the members' scores from the program's own evaluation (Anakin). Sebulba's
       populations are driven by their actor threads and scored on training returns, so its
@@ -174,7 +174,7 @@ def loop_defaults(agent_spec, loop: Loop | str) -> dict[str, Any]:
     return loop_values(agent_spec.loop_defaults, loop, f"{agent_spec.name}: loop_defaults")
 
 
-_BUILT_IN = {"anakin": "podracer.anakin", "sebulba": "podracer.sebulba"}
+_BUILT_IN = {"anakin": "podracer.loops.anakin", "sebulba": "podracer.loops.sebulba"}
 LOOPS: dict[str, Loop] = {}
 
 
@@ -237,8 +237,8 @@ def build(
       env_id: the environment id.
       agent_spec: the agent's :class:`~podracer.agents.AgentSpec`.
       agent_config: that agent's config.
-      config: the loop's config (:class:`~podracer.anakin.AnakinConfig`,
-        :class:`~podracer.sebulba.SebulbaConfig`).
+      config: the loop's config (:class:`~podracer.loops.anakin.AnakinConfig`,
+        :class:`~podracer.loops.sebulba.SebulbaConfig`).
       total_timesteps: environment steps per member.
       seed: the run seed.
       devices: the devices the system runs on (default: the loop's choice).
@@ -307,7 +307,7 @@ def train(
       seed: the run seed; member ``i`` of ``num_seeds`` runs seed ``seed + i``.
       total_timesteps: environment steps per member.
       devices: the devices to run on (default: the loop's choice).
-      progress: called with every ``"train"`` record (:mod:`podracer.logging`).
+      progress: called with every ``"train"`` record (:mod:`podracer.runs.logging`).
       state: a state to resume from (a checkpoint restored into ``system.init(seed)``);
         None starts afresh.
       start_update: the updates ``state`` holds.

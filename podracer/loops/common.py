@@ -1,7 +1,7 @@
 """What both loops share and both import: the result type, the host hooks, the members and
 periodic work of sweeps and populations, the ``"train"`` record and the run's summary numbers.
 
-Nothing here is jitted; ``podracer.anakin`` and ``podracer.sebulba`` import it, and it imports
+Nothing here is jitted; ``podracer.loops.anakin`` and ``podracer.loops.sebulba`` import it, and it imports
 neither.
 """
 
@@ -139,7 +139,7 @@ class Members(NamedTuple):
 
 class Periodic(NamedTuple):
     """Work on all members together every ``interval`` updates, inside the compiled step
-    (a population's evaluation and tournament, :mod:`podracer.population`).
+    (a population's evaluation and tournament, :mod:`podracer.population.tournament`).
 
     - ``init(keys [S]) -> state [S, ...]``: its part of the loop's state (``periodic``);
     - ``apply(state) -> (state, events)``: jittable, on the *global* state (every member, whatever
@@ -227,7 +227,7 @@ def train_record(
     metrics: dict[str, float],
     **extra: Any,
 ) -> dict[str, Any]:
-    """The ``"train"`` record (:mod:`podracer.logging`, ``docs/metrics.md``): ``returns`` and
+    """The ``"train"`` record (:mod:`podracer.runs.logging`, ``docs/metrics.md``): ``returns`` and
     ``episodes`` ``[members]`` are the sums over the episodes the record covers; ``metrics`` the
     learner's (means); ``extra`` the loop's own fields."""
     elapsed = time.perf_counter() - start

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from podracer.config import ConfigError
+from podracer.errors import ConfigError
 
 IMAGE_TORSOS = ("nature_cnn", "impala_resnet")
 """Torsos whose learner XLA:CPU runs faster in gradient slices. Not the MinAtar CNN: one small
@@ -21,7 +21,7 @@ convolution, and PQN on MinAtar ran 16K steps/s in 32-step slices against 18-19K
 
 LOOP_FRIENDLY_TORSOS = ("impala_resnet",)
 """Image torsos whose every convolution has stride 1, so that their gradients go through
-:mod:`podracer.ops` and XLA:CPU runs them as fast inside the learner's loops as outside."""
+:mod:`podracer.util.ops` and XLA:CPU runs them as fast inside the learner's loops as outside."""
 
 CPU_IMAGE_MICROBATCH_STEPS = 32
 """Gradient slice size for the image torsos on XLA:CPU (``benchmarks/learner_unroll.py``)."""
@@ -65,7 +65,7 @@ def learner_layout(
     Automatic, for an image torso on XLA:CPU: gradient slices of ``CPU_IMAGE_MICROBATCH_STEPS``
     steps, because XLA:CPU takes a convolution's gradient faster over small slices than over a
     whole minibatch; and the epoch, minibatch and slice loops kept as loops for the IMPALA ResNet,
-    whose convolutions' gradients :mod:`podracer.ops` writes so that XLA:CPU runs them at full
+    whose convolutions' gradients :mod:`podracer.util.ops` writes so that XLA:CPU runs them at full
     speed in loops, but unrolled (``unroll=True``, straight-line code) for the Nature CNN, whose
     strided convolutions keep JAX's gradient, which XLA:CPU runs tens of times slower inside a
     loop (``docs/design.md``; straight-line code costs minutes of compilation and gigabytes of

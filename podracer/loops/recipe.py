@@ -35,7 +35,7 @@ class EnvFactory:
       (:func:`podracer.envs.make_with_options`), built on the first call; every later call
       returns that same object (a JAX environment is pure: one serves the probe, the rollout,
       the evaluator and a population's tournament);
-    - :meth:`host`: a new host environment of ``num_envs`` (:func:`podracer.host_envs.make`)
+    - :meth:`host`: a new host environment of ``num_envs`` (:func:`podracer.envs.host.make`)
       with the same options, each call its own (an envpool holds threads and state: Sebulba's
       probe builds one and closes it, each actor builds its own).
     """
@@ -58,9 +58,9 @@ class EnvFactory:
     __call__ = make
 
     def host(self, **kwargs: Any) -> HostEnvironment:
-        """A new host environment with the options (``kwargs``: :func:`podracer.host_envs.make`'s
+        """A new host environment with the options (``kwargs``: :func:`podracer.envs.host.make`'s
         ``num_envs``, ``batch_size``, ``seed``, ``num_threads``, ``evaluation``)."""
-        from podracer import host_envs
+        from podracer.envs import host as host_envs
 
         return host_envs.make(self.env_id, env_options=self.options, **kwargs)
 

@@ -1,0 +1,1 @@
+"""Adapters of the JAX environment suites: each turns a suite into podracer's Environment."""

@@ -1,0 +1,150 @@
+"""gymnax environments behind podracer's :class:`~podracer.types.Environment` contract.
+
+gymnax >= 1.0 returns ``(obs, state, reward, terminated, truncated, info)`` from ``step`` and keeps
+the pre-reset observation in ``info["final_observation"]``. The adapter turns that into a
+:class:`~podracer.types.TimeStep` and makes ``terminated`` and ``truncated`` exclusive: an episode
+that reaches a terminal state on the time limit's last step is *terminated* (its value is zero,
+there is nothing to bootstrap).
+
+Discrete-action environments (:data:`DISCRETE_IDS`) take i32 actions ``[]``
+(``DiscreteActionSpec``); continuous ones (:data:`CONTINUOUS_IDS`, gymnax's ``Box`` action
+spaces) take f32 actions of ``action_spec.shape`` (``BoundedActionSpec``, with ``low`` / ``high``
+NumPy f32 arrays of that shape). Continuous actions go to gymnax as they are: Pendulum and
+MountainCarContinuous clip them to their bounds, the ``-misc`` tasks do not.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from podracer.errors import ConfigValueError
+from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec, TimeStep
+
+# Every discrete-action environment of gymnax's registry. MNISTBandit-bsuite is left out: it
+# downloads the MNIST data set when it is built, which a run on a cluster node cannot rely on.
+DISCRETE_IDS: tuple[str, ...] = (
+    "CartPole-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "Asterix-MinAtar",
+    "Breakout-MinAtar",
+    "Freeway-MinAtar",
+    "Seaquest-MinAtar",
+    "SpaceInvaders-MinAtar",
+    "Catch-bsuite",
+    "DeepSea-bsuite",
+    "MemoryChain-bsuite",
+    "UmbrellaChain-bsuite",
+    "DiscountingChain-bsuite",
+    "SimpleBandit-bsuite",
+    "FourRooms-misc",
+    "MetaMaze-misc",
+    "BernoulliBandit-misc",
+    "GaussianBandit-misc",
+    "Pong-misc",
+    "FrozenLake-misc",
+)
+
+# Every continuous-action (Box) environment of gymnax's registry.
+CONTINUOUS_IDS: tuple[str, ...] = (
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
+    "PointRobot-misc",
+    "Reacher-misc",
+    "Swimmer-misc",
+)
+
+
+class GymnaxEnvironment:
+    """A gymnax environment (discrete or continuous actions), auto-resetting, with ``final_obs``
+    kept."""
+
+    def __init__(self, name: str, **env_kwargs: Any):
+        import gymnax
+
+        if name not in DISCRETE_IDS and name not in CONTINUOUS_IDS:
+            raise ConfigValueError(
+                f"gymnax environment {name!r} is not supported: podracer's gymnax adapter takes "
+                f"{', '.join((*DISCRETE_IDS, *CONTINUOUS_IDS))}"
+            )
+        self.id = f"gymnax:{name}"
+        self._env, self._default_params = gymnax.make(name, **env_kwargs)
+        self._set_specs()
+
+    def _set_specs(self) -> None:
+        """The specs of the environment with its ``default_params`` (gymnax's spaces take the
+        params: Pendulum's action bounds are ``params.max_torque``)."""
+        from gymnax.environments import spaces
+
+        action_space = self._env.action_space(self._default_params)
+        self._action_spec: DiscreteActionSpec | BoundedActionSpec
+        if isinstance(action_space, spaces.Discrete):
+            self._action_spec = DiscreteActionSpec(int(action_space.n))
+        else:
+            assert isinstance(action_space, spaces.Box), action_space
+            shape = tuple(int(d) for d in action_space.shape)
+            low, high = (
+                np.broadcast_to(np.asarray(bound, np.float32), shape).copy()
+                for bound in (action_space.low, action_space.high)
+            )
+            self._action_spec = BoundedActionSpec(shape, low, high, "float32")
+        self._continuous = isinstance(self._action_spec, BoundedActionSpec)
+        obs_space = self._env.observation_space(self._default_params)
+        self._obs_spec = ObservationSpec(tuple(obs_space.shape), jnp.dtype(obs_space.dtype))
+
+    @property
+    def default_params(self) -> Any:
+        return self._default_params
+
+    def with_params(self, params: Any) -> GymnaxEnvironment:
+        """This environment with ``params`` as its ``default_params`` (``--env-param``), its
+        specs computed from them."""
+        env = copy.copy(self)
+        env._default_params = params
+        env._set_specs()
+        return env
+
+    @property
+    def observation_spec(self) -> ObservationSpec:
+        return self._obs_spec
+
+    @property
+    def action_spec(self) -> DiscreteActionSpec | BoundedActionSpec:
+        return self._action_spec
+
+    @property
+    def unwrapped(self):
+        """The gymnax environment underneath."""
+        return self._env
+
+    def reset(self, key, params):
+        obs, state = self._env.reset(key, params)
+        false = jnp.zeros((), bool)
+        return state, TimeStep(
+            obs=obs,
+            reward=jnp.zeros((), jnp.float32),
+            terminated=false,
+            truncated=false,
+            final_obs=obs,
+        )
+
+    def step(self, key, state, action, params):
+        if self._continuous:
+            action = jnp.asarray(action, jnp.float32)
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
+        terminated = jnp.asarray(terminated, bool)
+        truncated = jnp.asarray(truncated, bool) & ~terminated
+        return state, TimeStep(
+            obs=obs,
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=info["final_observation"],
+        )
+
+    def __repr__(self) -> str:
+        return f"GymnaxEnvironment({self.id!r})"

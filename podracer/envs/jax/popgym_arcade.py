@@ -1,0 +1,233 @@
+"""POPGym Arcade's environments behind podracer's :class:`~podracer.types.Environment` contract.
+
+Ids are ``popgym_arcade:<name>`` with ``<name>`` one of POPGym Arcade's registry
+(:func:`names`: ``popgym_arcade:CountRecallEasy``, ``popgym_arcade:MineSweeperEasy``,
+``popgym_arcade:NavigatorHard``, ``popgym_arcade:BreakoutMedium``, ...; CartPole, NoisyCartPole,
+CountRecall, BattleShip, AutoEncode, Navigator, MineSweeper, Skittles, Breakout and Tetris, each
+Easy, Medium and Hard). Keyword arguments of :func:`podracer.envs.make` go to the environment's
+class: ``obs_size`` (the image's side: 128, POPGym Arcade's default, or 256; it draws no
+smaller one), ``partial_obs`` (False: the fully observable version; True: the partially
+observable one, which hides the history), and where the class takes them its own options
+(``max_steps_in_episode`` of Breakout and Tetris, ...).
+
+Install: POPGym Arcade requires stable-gymnax, which installs a package named gymnax over
+gymnax 1.0 (another step API); it is installed without its dependencies:
+``pip install --no-deps -r requirements/popgym-arcade.txt``. Its environments subclass gymnax
+1.0's ``Environment``, whose generic ``step`` does not fit them (it adds gymnax 1.0's
+``is_truncated``, which reads ``state.time`` and ``params.max_steps_in_episode``: all but
+Breakout and Tetris lack one or the other, and each reports its own time limit in the info of
+``step_env``): the adapter drives their own ``step_env(key, state, action, params)`` and
+``reset_env(key, params)``. CartPole,
+NoisyCartPole, Skittles, Breakout and Tetris put ``self.discount(state, params)`` in their info,
+which in gymnax 1.0 calls ``is_terminated``, a method they do not define (stable-gymnax's
+``discount`` calls ``is_terminal``, which they do): the adapter sets their instance's
+``is_terminated`` to their ``is_terminal``, which gives that info the value it has with
+stable-gymnax (the adapter does not use it).
+
+Observations are uint8 images ``[obs_size, obs_size, 3]``, as POPGym Arcade draws them.
+Actions are discrete: i32 ``[]`` in ``{0, ..., n - 1}`` (5 for most games: up, down, left,
+right, fire; 4 for AutoEncode); every action is always legal (no mask). ``default_params`` are
+the environment's ``default_params`` (an empty ``EnvParams`` for most games; Breakout's and
+Tetris' hold their ``max_steps_in_episode``); :meth:`PopGymArcadeEnvironment.with_params` sets
+them.
+
+Termination and truncation come from the info of ``step_env``: ``info["terminated"]`` is
+``terminated`` (the game ended: all cards played, a mine or a barrier hit, the ships sunk, the
+pole fallen, the ball lost, ...) and ``info["truncated"]`` (the game's time limit:
+``max_steps_in_episode`` or ``max_episode_length`` steps) is ``truncated`` where the episode did
+not terminate. Two exceptions, read from the source: Breakout and Tetris set their
+``info["terminated"]`` to ``is_terminal``, which includes their time limit, so there an episode
+that reaches its time limit is ``truncated``, not ``terminated`` (and a game over at the limit's
+very step is read as a truncation: the two cannot be told apart). A step whose ``done`` is True
+without either flag would be a termination (none does). The reward is ``step_env``'s, as f32.
+
+Auto-reset: at the step that ends an episode, ``step_key, reset_key = jax.random.split(key)``:
+``step_env(step_key, ...)`` and, when the episode ended, ``reset_env(reset_key, params)``; the
+state is the environment's state.
+
+``shard_map``: all but CountRecall mix, in their code, values that vary over the device axes
+with constants of their own, which a ``shard_map`` that checks varying manual axes (JAX 0.10's
+default, ``check_vma=True``) refuses (a ``lax.cond`` with a branch of constants in CartPole,
+NoisyCartPole, AutoEncode, Skittles and Tetris, a ``while_loop`` over a constant initial carry
+in Breakout, an arithmetic operation on a constant in BattleShip and Navigator); MineSweeper's
+jitted ``render`` under ``vmap`` fails there in JAX itself ("pvary is a invariant->variant
+collective"). The environment says ``check_vma = False``, so Anakin (and the sweeps and
+populations) run their ``shard_map`` unchecked, where all 30 trace and give the values of
+``jit`` / ``vmap`` (tested for CountRecall); in a checked ``shard_map`` the adapter raises a
+one-line :class:`~podracer.errors.ConfigValueError` that says so.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from podracer.errors import ConfigValueError
+from podracer.envs import suites
+from podracer.util.ops import vary_as
+from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+
+PREFIX = "popgym_arcade:"
+
+INSTALL = "pip install --no-deps -r requirements/popgym-arcade.txt"
+"""How POPGym Arcade is installed beside gymnax 1.0 (pyproject.toml's comment)."""
+
+KNOWN: tuple[str, ...] = (
+    "CountRecallEasy",
+    "MineSweeperEasy",
+    "NavigatorEasy",
+    "BattleShipEasy",
+    "AutoEncodeEasy",
+    "CartPoleEasy",
+    "NoisyCartPoleEasy",
+    "SkittlesEasy",
+    "BreakoutEasy",
+    "TetrisEasy",
+)
+"""One game of each kind (every name of :func:`names` is accepted; all 30 were checked to make
+and to trace reset and step under ``jit(vmap)``). The tests step CountRecallEasy against POPGym
+Arcade directly."""
+
+TIME_LIMIT_IN_TERMINATED = ("Breakout", "Tetris")
+"""The games whose ``info["terminated"]`` includes their time limit."""
+
+OBS_SIZES = (128, 256)
+"""The image sides POPGym Arcade draws."""
+
+
+def _require(env_id: str) -> Any:
+    """``import popgym_arcade``, or the one-line error that says how it is installed."""
+    try:
+        return suites.require("popgym_arcade", env_id, extra="popgym_arcade")
+    except ConfigValueError as error:
+        raise ConfigValueError(
+            f"environment id {env_id!r} needs the popgym_arcade library, which is not "
+            f"installed ({error.__context__}): {INSTALL} (POPGym Arcade without its dependency "
+            "stable-gymnax, which would replace gymnax 1.0)"
+        ) from None
+
+
+def names() -> tuple[str, ...]:
+    """Every environment name of POPGym Arcade's registry (``popgym_arcade`` must be
+    installed)."""
+    from popgym_arcade.registration import REGISTERED_ENVIRONMENTS
+
+    return tuple(REGISTERED_ENVIRONMENTS)
+
+
+def make(env_id: str, **kwargs: Any) -> PopGymArcadeEnvironment:
+    """``popgym_arcade:<name>`` with the class's keyword arguments (``obs_size``,
+    ``partial_obs``, ...)."""
+    popgym_arcade = _require(env_id)
+    name = env_id.removeprefix(PREFIX)
+    suites.check_name(env_id, name, names(), PREFIX)
+    obs_size = kwargs.get("obs_size", OBS_SIZES[0])
+    if obs_size not in OBS_SIZES:
+        raise ConfigValueError(
+            f"environment {env_id!r}: obs_size={obs_size!r}; POPGym Arcade draws images of "
+            f"side {' or '.join(map(str, OBS_SIZES))}"
+        )
+    try:
+        game, params = popgym_arcade.make(name, **kwargs)
+    except TypeError as error:
+        raise ConfigValueError(f"environment {env_id!r}: {error}") from None
+    return PopGymArcadeEnvironment(env_id, game, params)
+
+
+class PopGymArcadeEnvironment:
+    """A POPGym Arcade environment driven through its ``step_env`` / ``reset_env``,
+    auto-resetting at the step that ends an episode."""
+
+    check_vma = False  # POPGym Arcade's code fails a checked shard_map (the module's docstring)
+
+    def __init__(self, env_id: str, game: Any, params: Any):
+        from gymnax.environments import spaces
+        from gymnax.environments.environment import Environment
+
+        cls = type(game)
+        if cls.is_terminal is not Environment.is_terminal and (
+            cls.is_terminated is Environment.is_terminated
+        ):  # gymnax 1.0's discount calls is_terminated; stable-gymnax's calls is_terminal
+            game.is_terminated = game.is_terminal
+        self.id = env_id
+        self._env = game
+        self._default_params = params
+        self._time_limit_in_terminated = cls.__name__.startswith(TIME_LIMIT_IN_TERMINATED)
+        action_space = game.action_space(params)
+        if not isinstance(action_space, spaces.Discrete):
+            raise ConfigValueError(
+                f"environment {env_id!r} has a {type(action_space).__name__} action space: "
+                "podracer's adapter takes POPGym Arcade's discrete ones"
+            )
+        self._action_spec = DiscreteActionSpec(int(action_space.n))
+        obs, _ = jax.eval_shape(game.reset_env, jax.random.key(0), params)
+        self._obs_spec = ObservationSpec(tuple(obs.shape), jnp.dtype(obs.dtype))
+
+    @property
+    def default_params(self) -> Any:
+        return self._default_params
+
+    def with_params(self, params: Any) -> PopGymArcadeEnvironment:
+        """This environment with ``params`` as its ``default_params`` (``--env-param``)."""
+        env = copy.copy(self)
+        env._default_params = params
+        return env
+
+    @property
+    def observation_spec(self) -> ObservationSpec:
+        return self._obs_spec
+
+    @property
+    def action_spec(self) -> DiscreteActionSpec:
+        return self._action_spec
+
+    @property
+    def unwrapped(self) -> Any:
+        """The POPGym Arcade environment underneath."""
+        return self._env
+
+    def reset(self, key, params):
+        obs, state = suites.traced(self.id, "POPGym Arcade", self._env.reset_env, key, params)
+        false = jnp.zeros((), bool)
+        timestep = TimeStep(
+            obs=obs,
+            reward=jnp.zeros((), jnp.float32),
+            terminated=false,
+            truncated=false,
+            final_obs=obs,
+        )
+        # Inside shard_map, the constants of a fresh state (a step count of 0) vary over the
+        # device axes as the key does, as every step's state does: a scan's carry keeps its type.
+        return vary_as((state, timestep), key)
+
+    def step(self, key, state, action, params):
+        step_key, reset_key = jax.random.split(key)
+        action = jnp.asarray(action, jnp.int32)
+        obs, stepped, reward, done, info = suites.traced(
+            self.id, "POPGym Arcade", self._env.step_env, step_key, state, action, params
+        )
+        truncated = jnp.asarray(info["truncated"], bool)
+        terminated = jnp.asarray(info["terminated"], bool)
+        if self._time_limit_in_terminated:  # their "terminated" includes the time limit
+            terminated = terminated & ~truncated
+        terminated = terminated | (jnp.asarray(done, bool) & ~truncated)
+        truncated = truncated & ~terminated
+        fresh_obs, fresh = suites.traced(
+            self.id, "POPGym Arcade", self._env.reset_env, reset_key, params
+        )
+        state, next_obs = suites.select_tree(
+            terminated | truncated, (fresh, fresh_obs), (stepped, obs)
+        )
+        return state, TimeStep(
+            obs=next_obs,
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=obs,
+        )
+
+    def __repr__(self) -> str:
+        return f"PopGymArcadeEnvironment({self.id!r})"

@@ -1,0 +1,1 @@
+"""Many runs: sweeps in turn and elastic pods on Ray, crossing only through files."""

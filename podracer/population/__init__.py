@@ -1,0 +1,1 @@
+"""Tournament-based ensemble training: members as traced state of either loop."""

@@ -1,0 +1,1 @@
+"""Stock trading: market data, the trading environment and the portfolio's metrics."""
