@@ -18,3 +18,7 @@ class ConfigError(Exception):
 class ConfigValueError(ConfigError, ValueError):
     """A :class:`ConfigError` that is also a ``ValueError``, where one was raised before: an
     unknown environment id, agent or torso, a size that does not divide."""
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, unreadable or does not fit the run."""

@@ -25,6 +25,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
+from podracer.errors import CheckpointError
 from podracer.parallel import fetch
 from podracer.runs.rundir import CHECKPOINT_DIR
 
@@ -122,10 +123,6 @@ def _gist(error: BaseException, limit: int = 160) -> str:
     text = str(error).splitlines()[0] if str(error) else ""
     text = text.split(" See full TensorStore details")[0]
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class CheckpointError(Exception):
-    """A checkpoint is missing, unreadable or does not fit the run."""
 
 
 def _os_error(error: BaseException) -> OSError | None:

@@ -51,8 +51,7 @@ class Lifetime:
         """Re-raises the recorded error, with its thread's traceback, in the calling thread."""
         if self.error is not None:
             error = self.error
-            from podracer.runs.checkpoint import CheckpointError
-            from podracer.errors import ConfigError
+            from podracer.errors import CheckpointError, ConfigError
 
             if isinstance(error, (Diverged, CheckpointError, ConfigError)):
                 raise error  # its message says all: which thread raised it does not matter

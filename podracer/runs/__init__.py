@@ -1,0 +1,82 @@
+"""Runs: a run directory, its config, loggers, checkpoints, periodic evaluation and resume.
+
+A run directory holds::
+
+    config.json      the full resolved RunSpec (load it back with load_spec), the environment's
+                     options (env_options: params, observe) included
+    metrics.jsonl    "train" and "eval" records (podracer.runs.logging)
+    leaderboard.jsonl  a population's "leaderboard" records (podracer.population)
+    tb/              TensorBoard events
+    checkpoints/     orbax checkpoints, one step directory per saved update count
+
+:func:`train` starts or resumes a run for either loop. For Anakin, resume is exact: a run
+resumed from a checkpoint calls the same compiled programs on the same state as a run that never
+stopped, so it ends with bitwise identical params, optimizer state, environment state and keys.
+For Sebulba, the learner state (params, optimizer state, key, update count) and the counters are
+restored and the environments start afresh.
+
+The modules: :mod:`~podracer.runs.spec` (what a run is), :mod:`~podracer.runs.training`,
+:mod:`~podracer.runs.planning` (``--dry-run``), :mod:`~podracer.runs.checkpoint`,
+:mod:`~podracer.runs.logging`, :mod:`~podracer.runs.rundir` (the file names) and
+:mod:`~podracer.runs.plotting`.
+"""
+
+from __future__ import annotations
+
+from podracer.runs.spec import (
+    RunOptions,
+    RunSpec,
+    arch_config_cls,
+    dataclass_from_dict,
+    spec_from_dict,
+    load_config_file,
+    save_spec,
+    load_spec,
+    source_digest,
+    check_processes_agree,
+    check_run_dir,
+    default_run_dir,
+)
+from podracer.runs.training import (
+    signals_held,
+    Interrupted,
+    run_logger,
+    build_system,
+    train,
+    restore_run,
+    evaluate_run,
+)
+from podracer.runs.planning import (
+    checkpoint_steps,
+    plan,
+    dry_run,
+    dry_run_saved,
+    describe_plan,
+)
+
+__all__ = [
+    "RunOptions",
+    "RunSpec",
+    "arch_config_cls",
+    "dataclass_from_dict",
+    "spec_from_dict",
+    "load_config_file",
+    "save_spec",
+    "load_spec",
+    "source_digest",
+    "check_processes_agree",
+    "check_run_dir",
+    "default_run_dir",
+    "signals_held",
+    "Interrupted",
+    "run_logger",
+    "build_system",
+    "train",
+    "restore_run",
+    "evaluate_run",
+    "checkpoint_steps",
+    "plan",
+    "dry_run",
+    "dry_run_saved",
+    "describe_plan",
+]
