@@ -29,26 +29,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from podracer import loops
-from podracer.util import seeding
-from podracer.errors import ConfigError, ConfigValueError
-from podracer.util.validation import check_choice, check_positive
-from podracer.core.learner import one_device, per_device
-from podracer.core.learner import state_specs as learner_specs
+from podracer.core.learner.skeleton import one_device, per_device
+from podracer.core.learner.skeleton import state_specs as learner_specs
 from podracer.core.rollout import RolloutState, make_rollout, reset_envs
 from podracer.envs.options import EnvOptions
 from podracer.envs.wrappers import EpisodeStatistics
-from podracer.loops import Loop
-from podracer.loops.common import (
-    Members,
-    Periodic,
-    RunHooks,
-    RunResult,
-    over_members,
-    params_checksum,
-    summary,
-    train_record,
-)
+from podracer.errors import ConfigError, ConfigValueError
+from podracer.loops import registry
+from podracer.loops.base import Loop, Members, Periodic, RunHooks, RunResult
+from podracer.loops.common import over_members, params_checksum, summary, train_record
 from podracer.loops.layout import LearnerLayoutFields
 from podracer.loops.recipe import EnvFactory, Recipe, as_factory
 from podracer.parallel import (
@@ -62,6 +51,8 @@ from podracer.parallel import (
     member_placement,
 )
 from podracer.types import EnvSpec, LearnerState
+from podracer.util import seeding
+from podracer.util.validation import check_choice, check_positive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -737,7 +728,7 @@ def build(
     """
     from podracer import agents
 
-    return loops.build(
+    return registry.build(
         LOOP,
         env_id,
         agents.spec_of(agent_config),
@@ -749,7 +740,7 @@ def build(
     )
 
 
-train = functools.partial(loops.train, LOOP)
+train = functools.partial(registry.train, LOOP)
 """``train(env_id, agent_config, config, *, seed, total_timesteps, devices, progress, state,
 start_update, hooks, env_options)``: :func:`podracer.loops.train` on Anakin."""
 

@@ -1,71 +1,24 @@
-"""What both loops share and both import: the result type, the host hooks, the members and
-periodic work of sweeps and populations, the ``"train"`` record and the run's summary numbers.
+"""What both loops share and both import: the divergence checks, running members one program
+(:func:`over_members`), the ``"train"`` record and the run's summary numbers.
 
-Nothing here is jitted; ``podracer.loops.anakin`` and ``podracer.loops.sebulba`` import it, and it imports
-neither.
+Nothing here is jitted but one small reduction; ``podracer.loops.anakin`` and
+``podracer.loops.sebulba`` import it, and it imports neither. The types both loops return and take
+(:class:`~podracer.loops.base.RunResult`, :class:`~podracer.loops.base.RunHooks`,
+:class:`~podracer.loops.base.Members`, :class:`~podracer.loops.base.Periodic`) are in
+:mod:`podracer.loops.base`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from podracer.parallel import fetch
-from podracer.types import Agent
-
-
-class RunResult(NamedTuple):
-    """What a loop's run returns: the summary printed as JSON, the final state, the history."""
-
-    summary: dict[str, Any]
-    state: Any  # the loop's state; ``.learner``, ``.hparams``, ``.periodic`` on every loop
-    history: dict[str, np.ndarray]  # per-update metrics [members, updates run by this call]
-    events: tuple[dict[str, Any], ...] = ()  # the records of Periodic work (leaderboards)
-
-    @property
-    def params(self):
-        """The final params as NumPy, with a leading member axis (``state.learner.params``:
-        every loop's state holds its members' :class:`~podracer.types.LearnerState` as
-        ``learner``)."""
-        return jax.device_get(fetch(self.state.learner.params))
-
-
-class RunHooks:
-    """Host work between updates (checkpoints, evaluation, the divergence check): a base class
-    whose methods do nothing, so a loop calls every one of them and a subclass overrides what
-    it needs.
-
-    ``interval`` (updates; 0 for none) makes Anakin's calls end at its multiples, so that a hook
-    acting every ``interval`` updates sees exactly those states and a run resumed from one of them
-    calls the same compiled programs as a run that never stopped. Sebulba calls ``after_call``
-    after every update, from its learner thread.
-
-    ``after_metrics(metrics, first_update)`` gets the learner's metrics of updates
-    ``first_update + 1 ...`` as NumPy (``[members, updates]`` from both loops; Sebulba's one
-    update at a time, before that update's ``after_call``; Anakin reports a call's metrics while
-    the next call runs, so a checkpoint of that call may come first).
-
-    The ``state`` the hooks get is the loop's, read loop-neutrally: ``state.learner`` (the
-    members' :class:`~podracer.types.LearnerState`, ``[members, ...]``), ``state.hparams``,
-    ``state.periodic``; a checkpoint saves it whole.
-    """
-
-    interval: int = 0
-
-    def after_call(self, state: Any, updates: int, last: bool) -> None:
-        """After a call of the loop's step that ends with ``updates`` updates done (``last``:
-        the run's last)."""
-
-    def after_metrics(self, metrics: dict[str, np.ndarray], first_update: int) -> None:
-        """The learner's metrics of updates ``first_update + 1 ...``."""
-
-    def interrupted(self, state: Any, updates: int) -> None:
-        """Ctrl-C (or SIGTERM) stopped the run at ``state``, which holds ``updates`` updates."""
 
 
 class Diverged(RuntimeError):
@@ -122,44 +75,6 @@ def over_members(fn: Callable, num_members: int, member_loop: str = "vmap") -> C
         return jax.vmap(fn)(*args)
 
     return run
-
-
-class Members(NamedTuple):
-    """Members that differ in hyper-parameters as well as seeds (sweeps, populations).
-
-    ``build(hparams)`` returns ``(agent, optimizer)`` for one member's hyper-parameters (traced
-    scalars, e.g. ``{"lr": ..., "ent_coef": ...}``); ``hparams`` holds their initial values
-    ``[S]``; member ``i`` starts from seed ``seed + seed_offsets[i]``.
-    """
-
-    build: Callable[[dict[str, jax.Array]], tuple[Agent, Any]]
-    hparams: dict[str, np.ndarray]
-    seed_offsets: np.ndarray
-
-
-class Periodic(NamedTuple):
-    """Work on all members together every ``interval`` updates, inside the compiled step
-    (a population's evaluation and tournament, :mod:`podracer.population.tournament`).
-
-    - ``init(keys [S]) -> state [S, ...]``: its part of the loop's state (``periodic``);
-    - ``apply(state) -> (state, events)``: jittable, on the *global* state (every member, whatever
-      the mesh), which it scores itself (a population's evaluation on the loop's JAX
-      environment: Anakin's, inside its program); ``events`` is a pytree of arrays for the host;
-    - ``apply_scored(state, scores [S]) -> (state, events)``: the same given the members' scores
-      (Sebulba's: the members' recent training returns, its environments being the host's);
-    - ``describe(events, updates) -> records``: host side, the log records of one ``apply``.
-
-    ``state`` is the loop's state; what the work reads of it is loop-neutral: ``learner``
-    (:class:`~podracer.types.LearnerState` ``[S, ...]``), ``hparams`` and ``periodic``. The
-    loop applies it after every update that is a multiple of ``interval``, so ``apply`` sees
-    exactly those states.
-    """
-
-    interval: int
-    init: Callable[[jax.Array], Any]
-    apply: Callable[[Any], tuple[Any, Any]]
-    describe: Callable[[Any, int], list[dict[str, Any]]]
-    apply_scored: Callable[[Any, jax.Array], tuple[Any, Any]] | None = None
 
 
 def params_checksum(params) -> float:

@@ -1,8 +1,8 @@
 """Sebulba: host environments stepped by actor threads, device learners (the shared core)."""
 
 from podracer.loops.sebulba.config import SebulbaConfig
-from podracer.loops.sebulba.system import SebulbaRun, host_act, host_rollout, rollout_keys, run
 from podracer.loops.sebulba.loop import LOOP, SebulbaSystem, env_factory, steps_per_update, train
+from podracer.loops.sebulba.system import SebulbaRun, host_act, host_rollout, rollout_keys, run
 
 __all__ = [
     "LOOP",

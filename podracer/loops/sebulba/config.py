@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from podracer.errors import ConfigError
-from podracer.util.validation import check_choice, check_positive
 from podracer.loops.layout import LearnerLayoutFields
+from podracer.util.validation import check_choice, check_positive
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,13 +10,11 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from podracer import loops
-from podracer.util import seeding
-from podracer.core.learner import one_device
-from podracer.envs.options import EnvOptions
+from podracer.core.learner.skeleton import one_device
 from podracer.envs.host.members import side_by_side
-from podracer.loops import Loop
-from podracer.loops.common import Members, Periodic, RunHooks, RunResult
+from podracer.envs.options import EnvOptions
+from podracer.loops import registry
+from podracer.loops.base import Loop, Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import EnvFactory, Recipe, as_factory
 from podracer.loops.sebulba.config import SebulbaConfig
 from podracer.loops.sebulba.system import (
@@ -27,6 +25,7 @@ from podracer.loops.sebulba.system import (
     run,
 )
 from podracer.types import EnvSpec, HostEnvironment
+from podracer.util import seeding
 
 DEFAULT_ENV = "envpool:CartPole-v1"
 
@@ -261,6 +260,6 @@ LOOP = Loop(
 )
 
 
-train = functools.partial(loops.train, LOOP)
+train = functools.partial(registry.train, LOOP)
 """``train(env_id, agent_config, config, *, seed, total_timesteps, devices, progress, state,
 start_update, hooks, env_options)``: :func:`podracer.loops.train` on Sebulba."""

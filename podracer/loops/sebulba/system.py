@@ -44,15 +44,17 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from podracer.util import ops, seeding
-from podracer.errors import ConfigValueError
 from podracer.core.acting import Acted, RolloutState, reset_and_act, step_and_record
-from podracer.core.learner import one_device, per_device
-from podracer.core.learner import state_specs as learner_specs
-from podracer.core.replay import break_streams
+from podracer.core.learner.buffers import break_streams
+from podracer.core.learner.skeleton import one_device, per_device
+from podracer.core.learner.skeleton import state_specs as learner_specs
 from podracer.core.rollout import trajectory_shape
-from podracer.loops.common import Members, Periodic, RunResult, over_members, summary, train_record
+from podracer.errors import ConfigValueError
+from podracer.loops.base import Members, Periodic, RunResult
+from podracer.loops.common import over_members, summary, train_record
 from podracer.loops.recipe import Recipe
+from podracer.loops.sebulba.config import SebulbaConfig
+from podracer.loops.sebulba.pipeline import Lifetime, ParamsSlot, Stopped, TrajectoryQueue
 from podracer.parallel import (
     DATA_AXIS,
     Watchdog,
@@ -62,9 +64,8 @@ from podracer.parallel import (
     global_array,
     local_copy,
 )
-from podracer.loops.sebulba.config import SebulbaConfig
-from podracer.loops.sebulba.pipeline import Lifetime, ParamsSlot, Stopped, TrajectoryQueue
 from podracer.types import Agent, LearnerState, Trajectory
+from podracer.util import ops, seeding
 
 JOIN_TIMEOUT_S = 10.0
 
