@@ -14,7 +14,7 @@ from podracer.envs import host as host_envs
 from podracer.agents import PPOConfig
 from podracer.errors import ConfigError
 from podracer.envs import EnvOptions
-from podracer.envs.options import param_defaults, resolve
+from podracer.envs.factory import param_defaults, resolve
 from podracer.loops.sebulba import SebulbaConfig
 from podracer.loops.sebulba.loop import env_factory, probe
 from podracer.types import ObservationSpec

@@ -9,8 +9,9 @@ import pytest
 
 from podracer import agents, parallel
 from podracer.cli import main as cli
+from podracer.cli import parse
+from podracer.envs import factory as env_factory
 from podracer.envs import host as host_envs
-from podracer.envs import options as env_options_module
 
 
 class Calls:
@@ -41,10 +42,10 @@ def calls(monkeypatch):
     one CPU device per core is not asked for (JAX has started), everything else of ``main``
     runs as from the command line."""
     counter = Calls()
-    counter.wrap(monkeypatch, cli, "_selector_parser")
+    counter.wrap(monkeypatch, parse, "_selector_parser")
     counter.wrap(monkeypatch, agents, "get")
     counter.wrap(monkeypatch, agents.spec, "get", "spec.get")
-    counter.wrap(monkeypatch, env_options_module, "make_with_options")
+    counter.wrap(monkeypatch, env_factory, "make_with_options")
     counter.wrap(monkeypatch, host_envs, "make")
     monkeypatch.setattr(parallel, "use_cpu_cores", lambda *a, **k: None)
     return counter

@@ -21,11 +21,11 @@ from podracer.agents.spec import (
     Space,
     epochs_learner,
     get,
-    load_attribute,
     register,
     spec_of,
 )
 from podracer.types import ActionSpec, ObservationSpec
+from podracer.util.imports import load_attribute
 
 for _spec in (ppo.SPEC, qlambda.SPEC, impala.SPEC, pqn.SPEC, dqn.SPEC, sac.SPEC, muzero.SPEC):
     register(_spec)

@@ -9,9 +9,6 @@ may trace). :func:`register` adds a spec; :func:`get` finds one by name, or impo
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -19,6 +16,7 @@ import optax
 
 from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import ActionSpec, Agent, DiscreteActionSpec, Learner, ObservationSpec
+from podracer.util.imports import load_attribute
 
 
 class Space(NamedTuple):
@@ -46,7 +44,7 @@ def epochs_learner(agent: Agent, optimizer, config: Any, **layout: Any) -> Learn
     Returns:
       The :class:`~podracer.types.Learner`.
     """
-    from podracer.core.learner import make_learner
+    from podracer.core.learner.build import make_learner
 
     return make_learner(
         agent,
@@ -142,32 +140,6 @@ def register(spec: AgentSpec) -> AgentSpec:
     AGENTS[spec.name] = spec
     _BY_CONFIG.setdefault(spec.config_cls, spec)
     return spec
-
-
-def load_attribute(path: str, what: str) -> Any:
-    """``module:attribute`` imported (the current directory is searched as well as
-    ``sys.path``); a missing module or attribute is a :class:`ConfigValueError` naming it."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ConfigValueError(f"{what} {path!r} is not allowed: write module:attribute")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        missing = error.name
-        if missing is None or not (missing == module_name or module_name.startswith(missing + ".")):
-            raise  # the module exists; one of its own imports is missing
-        raise ConfigValueError(
-            f"{what} {path!r}: no module named {module_name!r} on sys.path or in the current "
-            "directory"
-        ) from None
-    value = module
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise ConfigValueError(f"{what} {path!r}: module {module_name!r} has no {attribute!r}")
-        value = getattr(value, part)
-    return value
 
 
 def check_spec(spec: AgentSpec, where: str) -> None:

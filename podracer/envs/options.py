@@ -3,9 +3,10 @@ environment (``--env-param NAME=VALUE``, ``--env-observe INDICES``).
 
 :class:`EnvOptions` is part of a run's spec (``config.json``'s ``env_options``) and of its
 :class:`~podracer.loops.Recipe`; every environment of a run is built with them by one factory
-per kind: :func:`make_with_options` for a JAX environment (Anakin's rollout and evaluator, a
-population's tournament, a JAX environment stepped on Sebulba's host) and
-:func:`podracer.envs.host.make` for a host environment (Sebulba's actors, evaluator and probe).
+per kind: :func:`podracer.envs.factory.make_with_options` for a JAX environment (Anakin's
+rollout and evaluator, a population's tournament, a JAX environment stepped on Sebulba's host)
+and :func:`podracer.envs.host.make` for a host environment (Sebulba's actors, evaluator and
+probe). This module holds the options and their checks; it builds nothing.
 
 - ``params``: for a JAX environment (``catch``, ``gymnax:``, ``brax:``, a registered or
   ``module:attribute`` id) the fields of its ``default_params`` (gymnax's ``EnvParams``), which
@@ -326,33 +327,6 @@ def replace_params(params: Any, values: Mapping[str, Any]) -> Any:
     return {**params, **values}
 
 
-def param_defaults(env_id: str) -> dict[str, Any]:
-    """Every parameter ``--env-param`` can name for ``env_id`` and its default: a host
-    environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields."""
-    if env_id.startswith("envpool:"):
-        from podracer.envs.host import envpool
-
-        return envpool.option_defaults(env_id)
-    if env_id.startswith("gymnasium:"):
-        from podracer.envs.host import gymnasium
-
-        return gymnasium.option_defaults(env_id)
-    from podracer import envs
-
-    return param_fields(envs.make(env_id).default_params)
-
-
-def resolve(env_id: str, options: EnvOptions | Mapping[str, Any] | None) -> EnvOptions:
-    """``options`` with their values typed for ``env_id`` (:func:`param_defaults`): what the
-    command line does with ``--env-param`` text before anything is built. A name ``env_id``
-    does not have, or a value of the wrong type, is an error."""
-    options = as_options(options)
-    if not options.params:
-        return options
-    params = typed_params(env_id, options.param_dict, param_defaults(env_id))
-    return dataclasses.replace(options, params=params)
-
-
 # --- the observation mask ------------------------------------------------------------------
 
 
@@ -376,60 +350,6 @@ def check_observe(env_id: str, observe: Sequence[int], shape: tuple[int, ...]) -
     return np.asarray(observe, np.int32)
 
 
-# --- the factory of JAX environments ---------------------------------------------------------
-
-
-def with_options(env: Any, options: EnvOptions, env_id: str | None = None) -> Any:
-    """A JAX environment with ``options``: ``params`` replace fields of its ``default_params``
-    (through its own ``with_params(params)`` when it has one, which recomputes specs that
-    depend on them, as the gymnax adapter and Catch do; otherwise
-    :class:`~podracer.envs.wrappers.WithParams`), then ``observe`` masks its observations
-    (:class:`~podracer.envs.wrappers.ObservationMask`)."""
-    from podracer.envs.wrappers import ObservationMask, WithParams
-
-    env_id = env_id or getattr(env, "id", type(env).__name__)
-    if options.params:
-        defaults = param_fields(env.default_params)
-        values = typed_params(env_id, options.param_dict, defaults)
-        params = replace_params(env.default_params, values)
-        with_params = getattr(env, "with_params", None)
-        try:
-            env = with_params(params) if callable(with_params) else WithParams(env, params)
-        except ValueError as error:  # the environment's own check of a value (Catch's rows)
-            given = " ".join(f"{PARAM_FLAG} {k}={v}" for k, v in values.items())
-            raise ConfigError(f"{given} is not allowed: {error}") from None
-    if options.observe:
-        env = ObservationMask(env, options.observe, env_id)
-    return env
-
-
-def make_with_options(
-    env_id: str, options: EnvOptions | Mapping[str, Any] | None = None, **kwargs: Any
-) -> Any:
-    """THE factory of a run's JAX environment: :func:`podracer.envs.make` (``kwargs`` go to
-    the constructor) with ``options`` applied (:func:`with_options`).
-
-    Args:
-      env_id: the environment's id (:func:`podracer.envs.make`).
-      options: an :class:`EnvOptions` (or a mapping of its ``params``): ``params`` replace
-        fields of the environment's ``default_params``, ``observe`` keeps those entries of a
-        vector observation.
-      **kwargs: the environment constructor's keyword arguments.
-
-    Returns:
-      The :class:`~podracer.types.Environment`, wrapped as the options need
-      (:class:`~podracer.envs.WithParams`, :class:`~podracer.envs.ObservationMask`).
-
-    Raises:
-      ConfigError: an unknown id, parameter or index, or a value of the wrong type.
-    """
-    from podracer import envs
-
-    options = as_options(options)
-    env = envs.make(env_id, **kwargs)
-    return env if options.empty else with_options(env, options, env_id)
-
-
 def constructor_defaults(factory: Any) -> dict[str, Any]:
     """The keyword parameters of ``factory`` that have a default, and the defaults."""
     try:
@@ -448,11 +368,10 @@ __all__ = [
     "EnvOptions",
     "as_options",
     "check_observe",
-    "make_with_options",
-    "param_defaults",
+    "constructor_defaults",
+    "param_fields",
     "parse_indices",
     "parse_params",
-    "resolve",
+    "replace_params",
     "typed_params",
-    "with_options",
 ]

@@ -50,7 +50,7 @@ class EnvFactory:
         """The run's JAX environment with its options, built once."""
         with self._lock:
             if self._env is None:
-                from podracer.envs.options import make_with_options
+                from podracer.envs.factory import make_with_options
 
                 self._env = make_with_options(self.env_id, self.options)
             return self._env

@@ -49,7 +49,7 @@ def make(
     (envpool only).
 
     ``env_options.params`` are keyword arguments of an envpool or gymnasium environment's
-    ``make``, typed by their defaults (:func:`podracer.envs.options.param_defaults`), or the
+    ``make``, typed by their defaults (:func:`podracer.envs.factory.param_defaults`), or the
     ``default_params`` fields of a JAX environment; ``env_options.observe`` masks the
     observations (:class:`~podracer.envs.host.observe.ObservedHostEnvironment`, on device for a
     JAX environment). ``options`` go to the environment kind's own ``make`` as they are:
@@ -76,7 +76,8 @@ def make(
       ConfigValueError: async mode for a kind that has none, or options a JAX environment
         does not take.
     """
-    from podracer.envs.options import as_options, param_defaults, typed_params
+    from podracer.envs.factory import param_defaults
+    from podracer.envs.options import as_options, typed_params
 
     env_options = as_options(env_options)
     if env_id.startswith(PREFIXES) and env_options.params:
@@ -101,7 +102,7 @@ def make(
 
         env = gymnasium.make(env_id, num_envs=num_envs, seed=seed, **options)
         return _observed(env, env_options)
-    from podracer.envs.options import make_with_options
+    from podracer.envs.factory import make_with_options
     from podracer.envs.host.jax_env import JaxHostEnvironment
 
     if options:
