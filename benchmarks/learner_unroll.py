@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import agents
-from podracer.util import ops
-from podracer.core.learner import make_learner
+from podracer.core.learner.build import make_learner
 from podracer.types import ActorOutput, Trajectory
+from podracer.util import ops
 
 
 def example_trajectory(num_steps: int, num_envs: int, num_actions: int) -> Trajectory:

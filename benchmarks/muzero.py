@@ -40,9 +40,9 @@ from jsonl import emit
 from podracer import envs, loops
 from podracer.agents import muzero
 from podracer.agents.muzero import MuZeroConfig
+from podracer.core.learner.build import make_learner
+from podracer.core.learner.replay import gradient_steps
 from podracer.loops.anakin import AnakinConfig, build, run
-from podracer.core.learner import make_learner
-from podracer.core.replay import gradient_steps
 from podracer.types import ActorOutput, Trajectory, zero_observation
 
 

@@ -93,7 +93,8 @@ from continuous import (
     peak_memory,
 )
 
-from podracer.core.replay import NStepItem, make_buffer
+from podracer.core.learner.buffers import make_buffer
+from podracer.core.learner.replay import NStepItem
 
 
 class Bench(NamedTuple):

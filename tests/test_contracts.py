@@ -10,10 +10,10 @@ import optax
 import pytest
 
 from podracer import agents, envs
-from podracer.envs import host as host_envs
-from podracer.runs.checkpoint import Checkpointer
-from podracer.errors import ConfigError
 from podracer.core import make_learner, make_rollout, reset_envs
+from podracer.envs import host as host_envs
+from podracer.errors import ConfigError
+from podracer.runs.checkpoint import Checkpointer
 from podracer.types import (
     ActorOutput,
     Agent,
@@ -262,7 +262,7 @@ def test_agent_state_kept_per_device(two_devices):
     traj = traj._replace(reward=jnp.broadcast_to(jnp.arange(8.0), traj.reward.shape))
     mesh = jax.make_mesh((2,), ("data",), devices=two_devices)
     split = make_learner(agent, optax.sgd(0.1), num_epochs=1, num_minibatches=1, axis_name="data")
-    from podracer.core.learner import per_device, state_specs
+    from podracer.core.learner.skeleton import per_device, state_specs
 
     specs = state_specs(agent, jax.P(), jax.P("data"))
     update = jax.jit(

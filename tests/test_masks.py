@@ -14,8 +14,8 @@ import podracer
 from podracer import agents, envs
 from podracer.agents import DQNConfig, IMPALAConfig, PPOConfig, PQNConfig, QLambdaConfig
 from podracer.agents.policy import EpsilonGreedy, categorical_head
+from podracer.core.learner.replay import NStepItem, ReplayBatch
 from podracer.errors import ConfigError
-from podracer.core.replay import NStepItem, ReplayBatch
 from podracer.networks import ActorCritic, mask_logits
 from podracer.types import zero_observation
 

@@ -16,7 +16,8 @@ from podracer.agents import DQNConfig, IMPALAConfig, PPOConfig, PQNConfig, QLamb
 from podracer.core import RolloutState, make_learner, make_rollout, reset_envs
 from podracer.core import memory as mem
 from podracer.core.cells import SEQUENCES
-from podracer.core.replay import ReplayBatch, ReplayFields, window_buffer
+from podracer.core.learner.buffers import ReplayFields, window_buffer
+from podracer.core.learner.replay import ReplayBatch
 from podracer.envs.host.jax_env import JaxHostEnvironment
 from podracer.loops.sebulba import host_act, host_rollout, rollout_keys
 from podracer.types import DiscreteActionSpec, ObservationSpec
@@ -418,7 +419,7 @@ def test_every_agent_with_memory_updates_on_both_device_counts_alike(
     split over devices by environment; one minibatch, so that the two see the same ones)."""
     from jax.sharding import PartitionSpec as P
 
-    from podracer.core.learner import per_device, state_specs
+    from podracer.core.learner.skeleton import per_device, state_specs
     from podracer.parallel import DATA_AXIS, data_mesh
 
     env = envs.make("gymnax:CartPole-v1")
@@ -487,7 +488,7 @@ def test_no_window_crosses_a_break_in_the_streams():
     """After break_streams (a resumed Sebulba run, a member that took another's buffer) the
     next steps do not follow the held ones: no window spans the break, windows on either side
     still do."""
-    from podracer.core.replay import break_streams
+    from podracer.core.learner.buffers import break_streams
 
     config = ReplayFields(buffer_size=2 * 40, batch_size=1, learning_starts=1)
     L, period = 4, 1
@@ -511,7 +512,7 @@ def test_no_window_crosses_a_break_in_the_streams():
 def test_uniform_priorities_never_sample_empty_slots():
     """priority_exponent 0 asks for uniform sampling: 0 ** 0 must not give the empty slots
     (items) or the windows not yet whole a weight."""
-    from podracer.core.replay import make_buffer
+    from podracer.core.learner.buffers import make_buffer
 
     config = DQNConfig(buffer_size=64, batch_size=8, prioritised=True, priority_exponent=0.0)
     items = make_buffer(config, sample_batch_size=512)

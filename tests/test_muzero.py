@@ -21,10 +21,10 @@ import rlax
 from podracer import runs
 from podracer.agents import muzero
 from podracer.agents.muzero import MuZeroConfig
+from podracer.core.learner.buffers import window_buffer
+from podracer.errors import ConfigError
 from podracer.loops.anakin import AnakinConfig
 from podracer.runs.checkpoint import Checkpointer, to_raw
-from podracer.errors import ConfigError
-from podracer.core.replay import window_buffer
 from podracer.types import ACTION_MASK
 
 A = 4
@@ -277,7 +277,7 @@ def reanalysed():
     and the search (the same key) of the target params and of the online params on the
     stored observations at positions 0..K."""
     from podracer.agents.dqn import DQNState
-    from podracer.core.replay import ReplayBatch
+    from podracer.core.learner.replay import ReplayBatch
 
     config = MuZeroConfig(**REANALYSE)
     b, w, k = config.batch_size, config.window, config.num_unroll_steps

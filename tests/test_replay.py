@@ -15,14 +15,8 @@ from jax.sharding import PartitionSpec as P
 from podracer.agents import DQNConfig, build
 from podracer.agents.dqn import DQNState
 from podracer.core import make_learner
-from podracer.core.replay import (
-    NStepItem,
-    ReplayBatch,
-    importance_weights,
-    make_buffer,
-    n_step_targets,
-    stored,
-)
+from podracer.core.learner.buffers import importance_weights, make_buffer, stored
+from podracer.core.learner.replay import NStepItem, ReplayBatch, n_step_targets
 from podracer.networks import QNetwork
 from podracer.parallel import DATA_AXIS, data_mesh
 from podracer.types import ActorOutput, DiscreteActionSpec, ObservationSpec, Trajectory
@@ -245,8 +239,8 @@ def test_a_resumed_run_restores_the_buffer_bitwise(tmp_path):
     import os
     import shutil
 
-    from podracer.loops import anakin
     from podracer import runs
+    from podracer.loops import anakin
     from podracer.loops.anakin import AnakinConfig
     from podracer.runs.checkpoint import Checkpointer, to_raw
 

@@ -46,7 +46,7 @@ def test_each_loss_moves_only_its_own_parameters():
     )
     params = agent.init(jax.random.key(0), jnp.zeros(3))
     state = agent.init_state(jax.random.key(1), params)
-    from podracer.core.replay import NStepItem, ReplayBatch
+    from podracer.core.learner.replay import NStepItem, ReplayBatch
 
     rng = np.random.default_rng(0)
     items = NStepItem(

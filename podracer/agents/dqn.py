@@ -40,18 +40,18 @@ from podracer.agents.policy import (
     select,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.errors import ConfigError
-from podracer.util.validation import check_positive, check_range
 from podracer.core import memory
-from podracer.core.replay import (
+from podracer.core.learner.buffers import ReplayFields
+from podracer.core.learner.replay import (
     NStepItem,
     Replay,
     ReplayBatch,
-    ReplayFields,
     n_step_items,
     n_step_targets,
 )
+from podracer.errors import ConfigError
 from podracer.types import ActionSpec, Agent, LossOutput, Trajectory
+from podracer.util.validation import check_positive, check_range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,12 +240,12 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
     """DQN with memory, after R2D2 (Kapturowski et al., 2019,
     https://openreview.net/forum?id=r1lyTjAqYX): the replay keeps each environment's stream of
     steps with the carry act was given (windows of ``burn_in + sequence_length`` steps starting
-    every ``period``, which may span rollouts: :class:`podracer.core.replay.Replay`). The loss
+    every ``period``, which may span rollouts: :class:`podracer.core.learner.replay.Replay`). The loss
     re-runs each sampled window from its stored first carry: the first ``burn_in`` steps only
     warm the carry up (no gradient reaches them), for the online and the target network alike;
     on the next ``sequence_length`` steps, the n-step double-Q loss of
     :func:`make_agent`, its targets cut at episode ends and at the window's end
-    (:func:`podracer.core.replay.n_step_targets`), each bootstrap observation valued from the
+    (:func:`podracer.core.learner.replay.n_step_targets`), each bootstrap observation valued from the
     carry after its own step. A sequence's priority is
     ``eta max_t |delta_t| + (1 - eta) mean_t |delta_t|``."""
     net = recurrent_net(config, network)

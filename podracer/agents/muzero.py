@@ -24,7 +24,7 @@ search's action weights (``search_policy [B, A]``) and root value (``search_valu
 the greedy action is the largest weight.
 
 **Learning** (``loss``) on windows of ``W = K + n`` consecutive steps of one environment from
-the learner's replay (:class:`podracer.core.replay.Replay` with ``window=W``). From
+the learner's replay (:class:`podracer.core.learner.replay.Replay` with ``window=W``). From
 ``s_0 = h(o_t)`` the model unrolls the stored actions ``K`` steps; at each position
 ``k = 0..K``:
 
@@ -64,14 +64,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer.util import ops
 from podracer.agents.dqn import init_target, target_update
 from podracer.agents.optim import clipped_adam
 from podracer.agents.spec import AgentSpec, Space, num_actions
+from podracer.core.learner.buffers import ReplayFields
+from podracer.core.learner.replay import Replay, ReplayBatch, n_step_targets
 from podracer.errors import ConfigError
-from podracer.util.validation import check_choice, check_positive, check_range
-from podracer.util.imports import import_extra
-from podracer.core.replay import Replay, ReplayBatch, ReplayFields, n_step_targets
 from podracer.networks import (
     ACTIVATIONS,
     ILLEGAL,
@@ -80,7 +78,6 @@ from podracer.networks import (
     legal_actions,
     make_torso,
 )
-from podracer.util.ops import varying_axes
 from podracer.types import (
     ActionSpec,
     ActorOutput,
@@ -89,6 +86,10 @@ from podracer.types import (
     Trajectory,
     split_action_mask,
 )
+from podracer.util import ops
+from podracer.util.imports import import_extra
+from podracer.util.ops import varying_axes
+from podracer.util.validation import check_choice, check_positive, check_range
 
 SEARCHES = ("gumbel", "puct")
 MUZERO_TORSOS = ("muzero_resnet", *TORSOS)

@@ -13,7 +13,7 @@ gradients do not mix (stop-gradients):
 
 - critics: ``0.5 (Q_i(s, a) - y)^2`` for ``i = 1, 2``, ``y = G + d (min_i Q'_i(s', a') -
   alpha log pi(a' | s'))`` with ``a' ~ pi(s')`` and the target critics ``Q'`` (the n-step
-  items of :func:`podracer.core.replay.n_step_items`, so terminations and truncations are
+  items of :func:`podracer.core.learner.replay.n_step_items`, so terminations and truncations are
   handled as for DQN);
 - actor: ``alpha log pi(a | s) - min_i Q_i(s, a)`` with ``a ~ pi(s)`` reparameterised;
 - temperature: ``-log(alpha) (log pi(a | s) + target_entropy)``, the target entropy
@@ -38,10 +38,11 @@ import optax
 from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import action_size, check_bounded
 from podracer.agents.spec import AgentSpec, Space
-from podracer.util.validation import check_choice, check_layer_sizes, check_positive, check_range
-from podracer.core.replay import NStepItem, Replay, ReplayBatch, ReplayFields, n_step_items
+from podracer.core.learner.buffers import ReplayFields
+from podracer.core.learner.replay import NStepItem, Replay, ReplayBatch, n_step_items
 from podracer.networks import ACTIVATIONS, MLP, flatten_observations
 from podracer.types import ActionSpec, ActorOutput, Agent, LossOutput, Trajectory
+from podracer.util.validation import check_choice, check_layer_sizes, check_positive, check_range
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

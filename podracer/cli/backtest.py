@@ -28,9 +28,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from podracer.util.validation import ArgumentParser
 from podracer.errors import ConfigError
 from podracer.runs.rundir import LEADERBOARD_FILE
+from podracer.util.validation import ArgumentParser
 
 PERIODS = ("test", "validation", "train")
 BASELINES = ("buy_and_hold", "equal_weight", "min_variance")
@@ -95,7 +95,7 @@ def best_member(run_dir: str) -> int | None:
 def policy_of(system, state, member: int):
     """``(agent, actor_params)`` of one member of a restored state: the members are the
     leading axis of its ``learner`` (every loop's state)."""
-    from podracer.core.learner import one_device
+    from podracer.core.learner.skeleton import one_device
 
     agent = system.recipe.agent
     learner = state.learner
@@ -134,9 +134,9 @@ def backtest_run(
 ) -> dict[str, Any]:
     """Backtests a trading run's checkpoint (see the module docstring); returns the JSON
     record (also written to ``backtest_<period>.json`` in ``run_dir``)."""
-    from podracer.trading import portfolio
     from podracer.envs import make_with_options
     from podracer.runs import restore_run
+    from podracer.trading import portfolio
 
     if period not in PERIODS:
         raise ConfigError(f"--period {period!r} is not allowed: choose one of {', '.join(PERIODS)}")

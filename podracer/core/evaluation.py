@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.util import seeding
 from podracer.core.acting import (
     RolloutState,
     batched_env_step,
@@ -29,6 +28,7 @@ from podracer.core.acting import (
 )
 from podracer.core.rollout import reset_envs
 from podracer.types import Agent
+from podracer.util import seeding
 
 
 def eval_key(seed: int, updates: int) -> jax.Array:

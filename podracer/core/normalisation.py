@@ -36,9 +36,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from podracer.util.validation import check_range
-from podracer.util.ops import vary_as
 from podracer.types import Agent, MeanFn, ObservationSpec, Trajectory
+from podracer.util.ops import vary_as
+from podracer.util.validation import check_range
 
 EPSILON = 1e-8
 

@@ -17,7 +17,6 @@ from podracer.core.acting import (
     reset_and_act,
     step_and_record,
 )
-from podracer.util.ops import vary_like
 from podracer.types import (
     Agent,
     EnvSpec,
@@ -27,6 +26,7 @@ from podracer.types import (
     no_actor_state,
     zero_observation,
 )
+from podracer.util.ops import vary_like
 
 
 def make_rollout(env, agent: Agent, rollout_len: int, *, unroll: int | bool = 1):

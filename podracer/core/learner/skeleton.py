@@ -1,8 +1,12 @@
-"""``make_learner``: THE learner core, shared by Anakin, Sebulba and the population.
+"""The learner skeleton that every learner of the core is (:func:`learner_skeleton`): ``init``,
+then each update ``prepare``, a body of gradient steps, ``update_state``; the one gradient step
+a body takes (gradient slices, the all-reduce over the data axis, the optimizer); and the
+per-device layout of a :class:`~podracer.types.LearnerState`.
 
 It knows nothing of devices or threads: when ``axis_name`` is set it is being called inside
 ``shard_map`` (or ``vmap``) over that axis, and gradients, batch statistics and metrics are averaged
-over it with ``lax.pmean``. Every loop builds its learner here and only chooses the mesh around it.
+over it with ``lax.pmean``. Every loop builds its learner with
+:func:`podracer.core.learner.build.make_learner` and only chooses the mesh around it.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
-from podracer.errors import ConfigValueError
-from podracer.util.ops import varying_axes
 from podracer.types import Agent, Learner, LearnerState, LossOutput, MeanFn, Metrics, Trajectory
+from podracer.util.ops import varying_axes
 
 AGENT_STATE_STREAM = 3
+
+
 """``fold_in`` index of the agent state's key in the learner's init key (the params and the
 learner's own key come from ``split``)."""
 
@@ -51,6 +56,8 @@ class Fit(NamedTuple):
 
 
 Body = Callable[[Parts, Fit, Any, Trajectory, jax.Array], tuple[Fit, Metrics]]
+
+
 """``body(parts, fit, batch, traj, key) -> (fit, metrics)``: what a learner does with
 ``prepare``'s ``batch`` between init and finish; ``metrics`` are averaged over every axis and
 over the devices by the skeleton."""
@@ -236,135 +243,6 @@ def make_parts(
         return carry, jax.tree.map(lambda *x: jnp.stack(x), *outs)
 
     return Parts(sgd_step, scan, mean_fn, pmean, axis_name)
-
-
-def epochs(num_epochs: int, num_minibatches: int) -> Body:
-    """The on-policy body: ``num_epochs`` passes over ``prepare``'s batch, each over a fresh
-    permutation of its sample axis cut into ``num_minibatches`` minibatches, one ``sgd_step``
-    each."""
-    if num_epochs < 1:
-        raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
-    if num_minibatches < 1:
-        raise ValueError(f"make_learner: num_minibatches={num_minibatches} must be >= 1")
-
-    def body(parts: Parts, fit: Fit, batch, traj: Trajectory, key):
-        num_samples = jax.tree.leaves(batch)[0].shape[0]
-        if num_samples % num_minibatches:
-            raise ConfigValueError(
-                f"make_learner: num_minibatches={num_minibatches} does not divide the "
-                f"{num_samples} samples of a batch on one device; choose a divisor of "
-                f"{num_samples} (a sample is a transition, or a whole sequence for agents that "
-                "need time: with memory, one environment's window of sequence_window steps)"
-            )
-        size = num_samples // num_minibatches
-        steps_per_sample = traj.reward.size // num_samples
-
-        def step(carry, minibatch_and_key):
-            params, opt_state, out = parts.sgd_step(
-                *carry, *minibatch_and_key, steps_per_sample=steps_per_sample
-            )
-            return (params, opt_state), out.metrics
-
-        def epoch(carry, key):
-            perm_key, loss_key = jax.random.split(key)
-            if num_minibatches == 1:
-                shuffled = batch  # one minibatch of everything: order cannot matter
-            else:
-                perm = jax.random.permutation(perm_key, num_samples)
-                shuffled = jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch)
-            minibatches = jax.tree.map(
-                lambda x: x.reshape(num_minibatches, size, *x.shape[1:]), shuffled
-            )
-            keys = jax.random.split(loss_key, num_minibatches)
-            return parts.scan(step, carry, (minibatches, keys))
-
-        (params, opt_state), metrics = parts.scan(
-            epoch, (fit.params, fit.opt_state), jax.random.split(key, num_epochs)
-        )
-        return fit._replace(params=params, opt_state=opt_state), metrics
-
-    return body
-
-
-def make_learner(
-    agent: Agent,
-    optimizer: optax.GradientTransformation,
-    *,
-    num_epochs: int = 1,
-    num_minibatches: int = 1,
-    axis_name: str | None = None,
-    unroll: int | bool = 1,
-    microbatch_steps: int = 0,
-    envs_per_device: int = 0,
-    no_policy_lag: bool = False,
-) -> Learner:
-    """Builds ``Learner(init, update)``: :func:`learner_skeleton` around the body the agent
-    asks for. Without ``agent.replay``, epochs of minibatches (:func:`epochs`):
-
-    1. ``batch = agent.prepare(params, agent_state, traj, mean_fn)`` — targets from the
-       trajectory ``[T, B]``, with ``mean_fn`` averaging over the whole batch (over
-       ``axis_name`` too);
-    2. ``num_epochs`` passes, each over a fresh permutation of the batch's sample axis cut into
-       ``num_minibatches`` minibatches; for each, ``grad(agent.loss)``, ``lax.pmean`` of the
-       gradients over ``axis_name`` when set, and the optax update;
-    3. ``agent_state = agent.update_state(agent_state, new_params, traj, mean_fn)``.
-
-    With ``agent.replay`` (a :class:`podracer.core.replay.Replay`), the replay body
-    (:func:`podracer.core.replay.replay_body`): ``prepare``'s items into this device's buffer,
-    then gradient steps on batches sampled from it; ``num_epochs`` and ``num_minibatches`` are
-    not used.
-
-    Metrics are the losses' metrics averaged over the gradient steps and devices.
-
-    Args:
-      agent: the algorithm (:class:`~podracer.types.Agent`).
-      optimizer: an optax transformation (learning-rate schedules count optimizer steps, i.e.
-        ``num_epochs * num_minibatches`` per update).
-      num_epochs: SGD passes over each update's batch.
-      num_minibatches: minibatches per pass; the number of samples per device must be
-        divisible by it.
-      axis_name: the data-parallel axis (``podracer.parallel.DATA_AXIS``) or None on one device.
-      unroll: ``unroll`` of the epoch and minibatch ``lax.scan``s; ``True`` replaces them by
-        Python loops, so the update is straight-line code with no XLA loop at all. XLA:CPU runs
-        convolution backward passes inside loops many times slower than outside
-        (``docs/design.md``; ``lax.scan(unroll=True)`` is not enough: it keeps a one-trip loop
-        around the unrolled body), so the loops choose it there
-        for image torsos whose convolutions keep JAX's gradient
-        (:func:`podracer.loops.layout.learner_layout`; the IMPALA ResNet's go through
-        :mod:`podracer.util.ops` and run well in loops); other backends keep the loops.
-      microbatch_steps: when > 0, each minibatch's gradient is the mean of the gradients of
-        equal slices of at most this many environment steps each (whole samples: one IMPALA
-        sample is a sequence), taken one after another — gradient accumulation. For losses that
-        are means over samples (every agent here) it is the same gradient up to rounding, with
-        a working set that fits in cache, which XLA:CPU takes much faster for an image torso
-        (``benchmarks/README.md``). 0: one slice.
-        Each slice's loss gets a key of its own.
-      envs_per_device: the environments of one device's share of a trajectory; what a replay
-        of windows (sequences, :class:`podracer.core.replay.Replay`) keeps a stream for each
-        (the loops give it; other learners do not use it).
-      no_policy_lag: the trajectories were acted by the very params ``update`` is given (the
-        Anakin loop): ``agent.prepare_no_lag`` is used where the agent has one, reusing what
-        the actors computed instead of computing it again.
-
-    Returns:
-      ``Learner(init, update)``: ``init(key, example_obs) -> LearnerState`` and
-      ``update(state, traj) -> (state, metrics)``, pure functions that know no devices beyond
-      ``axis_name``.
-    """
-    if no_policy_lag and agent.prepare_no_lag is not None:
-        agent = agent._replace(prepare=agent.prepare_no_lag)
-    layout = dict(axis_name=axis_name, unroll=unroll, microbatch_steps=microbatch_steps)
-    if agent.replay is not None:
-        from podracer.core.replay import replay_body, replay_init
-
-        return learner_skeleton(
-            agent,
-            optimizer,
-            replay_body(agent.replay, envs_per_device),
-            init_replay=replay_init(agent.replay, envs_per_device),
-            **layout,
-        )
-    return learner_skeleton(agent, optimizer, epochs(num_epochs, num_minibatches), **layout)
 
 
 def mark_varying(params, batch, axis_name: str | None):
