@@ -46,12 +46,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from podracer.errors import ConfigError
-from podracer.runs.leaderboard import append_jsonl, population_records, read_jsonl
-from podracer.runs.rundir import LEADERBOARD_FILE
-from podracer.util.stats import nan_as_lowest
 
 RAY_EXTRA = 'the ray extra: pip install "podracer[ray]" (pip install -e ".[ray]" in a checkout)'
 ELASTIC_FILE = "elastic.json"
+LEADERBOARD_FILE = "leaderboard.jsonl"
 PODS_FILE = "pods.jsonl"
 TOP_DIR = "top"
 TOP_FILE = "top.json"
@@ -199,7 +197,7 @@ def pod_row(
     never copied) and ``parent_updates`` the parent's updates at the copy.
     """
     values = np.asarray([np.nan if s is None else s for s in scores], np.float64)
-    order = sorted(range(len(values)), key=lambda i: (-nan_as_lowest(values[i]), i))
+    order = sorted(range(len(values)), key=lambda i: (-_finite(values[i]), i))
     members = []
     for rank, i in enumerate(order, 1):
         line = lineage[i]
@@ -237,6 +235,10 @@ def pod_row(
     }
 
 
+def _finite(x: float) -> float:
+    return -math.inf if np.isnan(x) else float(x)
+
+
 def entries_of(row: dict[str, Any]) -> dict[MemberId, Entry]:
     """The board entries a row gives: every member's score as it was reported."""
     return {
@@ -268,7 +270,7 @@ def choose_replacements(
     n = math.floor(fraction * len(ids) + 1e-9)
     if n < 1 or len(ids) < 2:
         return {}
-    scores = np.asarray([nan_as_lowest(board[i].score) for i in ids])
+    scores = np.asarray([_finite(board[i].score) for i in ids])
     ties = rng.uniform(size=len(ids))
     order = np.lexsort((ties, scores))  # ascending
     losers = [ids[i] for i in order[:n]]
@@ -278,7 +280,7 @@ def choose_replacements(
         if loser.pod != pod or not top:
             continue
         parent = top[int(rng.integers(len(top)))]
-        if parent != loser and nan_as_lowest(board[parent].score) > nan_as_lowest(board[loser].score):
+        if parent != loser and _finite(board[parent].score) > _finite(board[loser].score):
             out[loser.member] = parent
     return out
 
@@ -305,7 +307,7 @@ def final_scores(board: dict[MemberId, Entry]) -> dict[str, Any]:
     ids = sorted(board)
     scores = [board[i].score for i in ids]
     finite = np.asarray([s for s in scores if np.isfinite(s)], np.float64)
-    best = ids[int(np.argmax([nan_as_lowest(s) for s in scores]))] if ids else None
+    best = ids[int(np.argmax([_finite(s) for s in scores]))] if ids else None
     return {
         "final_scores": [None if not np.isfinite(s) else float(s) for s in scores],
         "final_members": [i.name() for i in ids],
@@ -315,6 +317,29 @@ def final_scores(board: dict[MemberId, Entry]) -> dict[str, Any]:
     }
 
 
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    """The records of a JSONL file; a last line cut short (a process killed as it wrote) is
+    skipped."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def append_jsonl(path: str, record: dict[str, Any]) -> None:
+    """Appends one line and syncs it to disk before returning (what is acknowledged is kept)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _write_json(path: str, data: Any) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -322,6 +347,55 @@ def _write_json(path: str, data: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def population_records(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of an elastic run as a population's leaderboard records over all its members
+    (for :func:`podracer.runs.plotting.plot_population`): after each row, every member's latest
+    score (None before its first report) and hyper-parameters, members numbered in (pod, member)
+    order, copies as ``replaced`` with global ids, ``step`` the furthest so far."""
+    ids = sorted({MemberId(r["pod"], m["member"]) for r in rows for m in r["members"]})
+    index = {i: k for k, i in enumerate(ids)}
+    first: dict[MemberId, dict[str, Any]] = {}
+    for row in rows:
+        for m in row["members"]:
+            first.setdefault(MemberId(row["pod"], m["member"]), m)
+    latest: dict[MemberId, dict[str, Any]] = {}
+    out, step = [], 0
+    for row in rows:
+        for m in row["members"]:
+            latest[MemberId(row["pod"], m["member"])] = m
+        step = max(step, int(row["step"]))
+        members = [
+            {
+                "member": index[i],
+                "score": latest[i]["score"] if i in latest else None,
+                "hparams": (latest.get(i) or first[i])["hparams"],
+            }
+            for i in ids
+        ]
+        replaced = []
+        for r in row["replaced"]:
+            parent = MemberId(r["parent"]["pod"], r["parent"]["member"])
+            if parent in index:
+                replaced.append(
+                    {
+                        "member": index[MemberId(row["pod"], r["member"])],
+                        "parent": index[parent],
+                        "hparams": r["hparams"],
+                    }
+                )
+        out.append(
+            {
+                "kind": "leaderboard",
+                "step": step,
+                "updates": row["updates"],
+                "scores": [m["score"] for m in members],
+                "members": members,
+                "replaced": replaced,
+            }
+        )
+    return out
 
 
 # --- the leaderboard (a Ray actor; a plain class, so it is tested without Ray) ---------------
@@ -484,7 +558,7 @@ class Leaderboard:
         (the top ``max(1, floor(fraction x M))`` whose state is at hand), hyper-parameters
         perturbed; [] when the board has none yet."""
         rng = np.random.default_rng([self.spec.seed, pod, 0, 11])
-        ids = sorted(self.board, key=lambda i: (-nan_as_lowest(self.board[i].score), i))
+        ids = sorted(self.board, key=lambda i: (-_finite(self.board[i].score), i))
         n = max(1, math.floor(self.config.fraction * len(ids) + 1e-9))
         top = [i for i in ids if self._state_of(i, template) is not None][:n]
         if not top:
@@ -506,6 +580,14 @@ def member_state(learner, i: int):
         "agent_state": learner.agent_state,
     }
     return jax.device_get(to_raw(jax.tree.map(lambda x: x[i], parts)))
+
+
+def checksum(params) -> float:
+    """The sum of every parameter in float64 (:func:`podracer.loops.common.params_checksum` of
+    one member, on host)."""
+    import jax
+
+    return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(params)))
 
 
 def member_template(spec, members: int):
@@ -780,7 +862,6 @@ class Pod:
         ``{"pod", "updates", "reports", "replaced", "start_update"}``."""
         import jax
 
-        from podracer.loops.common import params_checksum
         from podracer.runs import spec_from_dict
         from podracer.runs.checkpoint import Checkpointer
 
@@ -823,7 +904,7 @@ class Pod:
                     m["hparams"] for m in sorted(record["members"], key=lambda m: m["member"])
                 ]
                 states = [member_state(state.learner, i) for i in range(self.members)]
-                sums = [params_checksum(s["params"]) for s in states]
+                sums = [checksum(s["params"]) for s in states]
                 row = pod_row(self.pod, updates, spu, record["scores"], hparams, lineage, sums)
                 t0 = time.perf_counter()
                 answer = self._call("report", row, states, template)
@@ -1171,4 +1252,134 @@ def train(
         ray_start_s=ray_s,
         wall_s=time.perf_counter() - started,
     )
+    return summary
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def wanted(argv: Sequence[str]) -> bool:
+    """Whether ``podracer train ARGV`` is an elastic run: ``--pods`` or ``--cluster`` given, or
+    ``--resume DIR`` of a directory that holds ``elastic.json``."""
+    flags = {a.split("=")[0] for a in argv}
+    if flags & {"--pods", "--cluster"}:
+        return True
+    resume = _value(list(argv), "--resume")
+    return resume is not None and os.path.exists(os.path.join(resume, ELASTIC_FILE))
+
+
+def _value(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _without(argv: list[str], flags: Sequence[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            skip = True
+            continue
+        if any(a.startswith(f + "=") for f in flags):
+            continue
+        out.append(a)
+    return out
+
+
+def _elastic_fields(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``--elastic.FIELD VALUE`` (or ``=VALUE``) flags as ElasticConfig fields, and the rest."""
+    types = {f.name: f.type for f in dataclasses.fields(ElasticConfig)}
+    fields, rest, i = {}, [], 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("--elastic."):
+            rest.append(a)
+            i += 1
+            continue
+        name, eq, value = a[len("--elastic.") :].partition("=")
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+            i += 1
+        i += 1
+        name = name.replace("-", "_")
+        if name not in types or name in ("pods", "cluster"):
+            allowed = ", ".join(n for n in types if n not in ("pods", "cluster"))
+            raise ConfigError(f"--elastic.{name} is not allowed: the fields are {allowed}")
+        kind = str if "str" in str(types[name]) else int if "int" in str(types[name]) else float
+        try:
+            fields[name] = kind(value)
+        except ValueError:
+            raise ConfigError(
+                f"--elastic.{name}={value!r} is not allowed: give a number ({kind.__name__})"
+            ) from None
+    return fields, rest
+
+
+def _pods_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(
+            f"--pods={text!r} is not allowed: give a number of pods >= 1, or auto"
+        ) from None
+
+
+def train_cli(argv: Sequence[str]) -> dict[str, Any]:
+    """``podracer train ... --population P --pods N|auto --cluster ray|HOST:PORT`` and
+    ``podracer train --resume RUN_DIR`` of an elastic run; prints the final JSON line."""
+    from podracer import runs
+    from podracer.cli import main as cli
+
+    argv = list(argv)
+    fields, argv = _elastic_fields(argv)
+    pods = _value(argv, "--pods")
+    cluster = _value(argv, "--cluster")
+    resume = _value(argv, "--resume")
+    if cli._dry_run(argv)[0] and resume is None:  # checked and planned; nothing started
+        config = ElasticConfig(
+            pods=2 if pods is None else pods if pods == "auto" else _pods_int(pods),
+            cluster=cluster or "ray",
+            **fields,
+        )
+        import_ray()
+        rest = _without(argv, ("--pods", "--cluster"))
+        spec, _ = cli.run_spec(cli._dry_run(rest)[1])
+        if spec.population is None:
+            raise ConfigError("--pods and --cluster need --population P (the members of the pods)")
+        if config.pods != "auto":
+            pod_sizes(spec.population.size, config.pods)
+        return cli.train_dry_run(rest)
+    if resume is not None:
+        with open(os.path.join(resume, ELASTIC_FILE)) as f:
+            saved = json.load(f)["config"]
+        if pods is not None or cluster is not None:
+            saved.update({k: v for k, v in (("pods", pods), ("cluster", cluster)) if v})
+        if isinstance(saved.get("pods"), str) and saved["pods"].isdigit():
+            saved["pods"] = int(saved["pods"])
+        config = ElasticConfig(**{**saved, **fields})
+        spec = runs.load_spec(resume)
+        total = _value(argv, "--total-timesteps")
+        if total is not None:
+            spec = dataclasses.replace(spec, total_timesteps=int(total))
+        summary = train(spec, resume, config, resume=True)
+    else:
+        if pods is None:
+            pods = "2"
+        pods_value = pods if pods == "auto" else _pods_int(pods)
+        config = ElasticConfig(pods=pods_value, cluster=cluster or "ray", **fields)
+        import_ray()
+        spec, selectors = cli.run_spec(_without(argv, ("--pods", "--cluster")))
+        if spec.population is None:
+            raise ConfigError("--pods and --cluster need --population P (the members of the pods)")
+        if config.pods != "auto":
+            pod_sizes(spec.population.size, config.pods)
+        run_dir = selectors.run_dir or runs.default_run_dir(spec, kind="elastic")
+        summary = train(spec, run_dir, config)
+    print(json.dumps(summary), flush=True)
     return summary
