@@ -29,7 +29,7 @@ from podracer import agents, loops
 from podracer.loops import anakin
 from podracer.agents import PPOConfig
 from podracer.loops.anakin import AnakinConfig, choose_updates_per_call
-from podracer.population.tournament import PopulationConfig, build_system
+from podracer.population.ensemble import PopulationConfig, build_system
 
 
 def bench(

@@ -31,7 +31,7 @@ from podracer import agents
 from podracer import runs
 from podracer.agents import PPOConfig
 from podracer.loops.anakin import AnakinConfig
-from podracer.population.tournament import PopulationConfig
+from podracer.population.ensemble import PopulationConfig
 from podracer.loops.presets import preset_for
 
 

@@ -24,7 +24,7 @@ import tyro
 from podracer import runs
 from podracer.agents import PPOConfig
 from podracer.loops.anakin import AnakinConfig
-from podracer.population.tournament import PopulationConfig
+from podracer.population.ensemble import PopulationConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from price_files import real_index_prices
 
+from podracer import envs, loops, parallel, runs
 from podracer.cli import main as cli
-from podracer import envs, loops, parallel
-from podracer import runs
+from podracer.cli.parse import parse_selectors, run_spec
 from podracer.runs.rundir import CHECKPOINT_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def written_before(page: Path, number: int, root: Path) -> None:
         run_dir = root / argv[argv.index("--run-dir") + 1]
         if run_dir.exists():
             continue
-        spec, _ = cli.run_spec(argv[1:])
+        spec, _ = run_spec(parse_selectors(argv[1:]))
         runs.save_spec(str(run_dir), spec)
         updates = spec.total_timesteps // loops.get(spec.arch).steps_per_update(spec.arch_config)
         (run_dir / CHECKPOINT_DIR / str(max(1, updates))).mkdir(parents=True)

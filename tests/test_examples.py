@@ -112,7 +112,7 @@ def test_tournament_example_trains_a_tiny_population(load, tmp_path, capsys):
     """examples/tournament_ppo.py end to end on a tiny budget: 4 members, 4 updates, a leaderboard
     and a tournament every 2 updates, in a run directory."""
     from podracer.agents import PPOConfig
-    from podracer.population.tournament import PopulationConfig
+    from podracer.population.ensemble import PopulationConfig
 
     example = load("tournament_ppo")
     run_dir = tmp_path / "run"
@@ -156,7 +156,7 @@ def test_locomotion_tournament_example_on_brax(load, tmp_path, capsys):
     brax:inverted_pendulum, whose reward is a constant (a carry typing case inside shard_map
     that ant does not reach), rather than the example's default ant."""
     pytest.importorskip("brax")
-    from podracer.population.tournament import PopulationConfig
+    from podracer.population.ensemble import PopulationConfig
 
     example = load("tournament_locomotion")
     run_dir = tmp_path / "run"

@@ -136,7 +136,7 @@ def test_sebulba_resume_with_memory_restores_the_uninterrupted_state(tmp_path, t
 def test_a_population_with_memory_keeps_each_members_carries(tmp_path):
     """A tournament over recurrent PPO members: each member acts with its own carries (the
     state holds [members, envs, memory]), and greedy evaluation runs with carries."""
-    from podracer.population.tournament import PopulationConfig
+    from podracer.population.ensemble import PopulationConfig
 
     spec = runs.RunSpec(
         arch="anakin",

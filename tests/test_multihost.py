@@ -750,23 +750,28 @@ def test_supervisor_holds_back_the_runtime_abort_and_passes_the_rest():
 
 def test_only_a_multi_process_run_s_other_processes_are_supervised(monkeypatch):
     from podracer.cli import supervisor
+    from podracer.cli.parse import parse_selectors
+
+    def wanted(argv):
+        return supervisor.wanted(parse_selectors(argv))
 
     monkeypatch.delenv(supervisor.SUPERVISED, raising=False)
     multi = ["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id"]
-    assert supervisor.wanted([*multi, "1"])
-    assert not supervisor.wanted([*multi, "0"])
-    assert not supervisor.wanted([*multi, "1", "--dry-run"])
-    assert not supervisor.wanted(["--agent", "ppo"])
+    assert wanted([*multi, "1"])
+    assert not wanted([*multi, "0"])
+    assert not wanted([*multi, "1", "--dry-run"])
+    assert not wanted(["--agent", "ppo"])
     monkeypatch.setenv(supervisor.SUPERVISED, "1")
-    assert not supervisor.wanted([*multi, "1"])
+    assert not wanted([*multi, "1"])
 
 
 def test_the_supervisor_runs_the_command_as_a_child_and_passes_its_status_and_errors(capfd):
     """``supervisor.run``: the child is ``podracer train ARGV``; its stderr passes through and
     its exit status is the supervisor's (a bad flag: 2, with podracer's one line)."""
     from podracer.cli import supervisor
+    from podracer.cli.parse import parse_selectors
 
-    assert supervisor.run(["--agent", "nope", "--quiet"]) == 2
+    assert supervisor.run(parse_selectors(["--agent", "nope", "--quiet"])) == 2
     err = capfd.readouterr().err.strip().splitlines()
     assert err[-1].startswith("podracer: error: ") and "nope" in err[-1]
 
@@ -779,6 +784,7 @@ def test_the_supervisor_turns_the_runtimes_abort_at_a_lost_coordinator_into_its_
     and exits with PEER_LOST_EXIT_CODE. The child here is a stand-in script that writes what
     the JAX runtime writes and aborts itself."""
     from podracer.cli import supervisor
+    from podracer.cli.parse import parse_selectors
 
     child = tmp_path / "python"
     child.write_text(
@@ -792,6 +798,6 @@ def test_the_supervisor_turns_the_runtimes_abort_at_a_lost_coordinator_into_its_
     child.chmod(0o755)
     monkeypatch.setattr(supervisor.sys, "executable", str(child))
     multi = ["--coordinator", "127.0.0.1:1234", "--num-processes", "2", "--process-id", "1"]
-    assert supervisor.run(multi) == parallel.PEER_LOST_EXIT_CODE
+    assert supervisor.run(parse_selectors(multi)) == parallel.PEER_LOST_EXIT_CODE
     err = capfd.readouterr().err.strip().splitlines()
     assert err == [supervisor.message(1, 2, "127.0.0.1:1234", "runs/x")]

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.population import tournament as pop
+from podracer.population import ensemble as pop
 from podracer.agents import PPOConfig, SACConfig
 from podracer.loops.anakin import AnakinConfig, train
 from podracer.errors import ConfigError

@@ -13,12 +13,12 @@ import pytest
 
 from podracer import runs
 from podracer.agents import PPOConfig
-from podracer.loops.anakin import AnakinConfig
-from podracer.runs.checkpoint import Checkpointer, CheckpointError
-from podracer.errors import ConfigError
 from podracer.envs import EnvOptions
+from podracer.errors import ConfigError
+from podracer.loops.anakin import AnakinConfig
 from podracer.loops.common import params_checksum
 from podracer.loops.sebulba import SebulbaConfig
+from podracer.runs.checkpoint import Checkpointer, CheckpointError
 
 # 8 updates of 4 envs x 16 steps, two updates per call, checkpoints every 4 updates.
 SPEC = runs.RunSpec(
@@ -281,8 +281,8 @@ def test_ctrl_c_while_reporting_saves_the_state_under_its_own_update_count(
 
 
 def test_ctrl_c_before_the_first_update_saves_nothing_and_says_so(tmp_path, monkeypatch):
+    from podracer.cli.train import interrupted_message
     from podracer.loops import anakin
-    from podracer.cli import main as cli
 
     def interrupt_compiling(*args):
         raise KeyboardInterrupt
@@ -293,30 +293,30 @@ def test_ctrl_c_before_the_first_update_saves_nothing_and_says_so(tmp_path, monk
         runs.train(SPEC, run_dir, console=False, devices=one_device())
     assert (stop.value.saved, stop.value.latest) == (None, None)
     assert Checkpointer(run_dir).steps() == []
-    assert cli.interrupted_message(stop.value, run_dir) == (
+    assert interrupted_message(stop.value, run_dir) == (
         f"podracer: interrupted; nothing was saved: no checkpoint in {run_dir}"
     )
 
 
 def test_interrupted_messages_say_what_was_saved(tmp_path):
-    from podracer.cli import main as cli
+    from podracer.cli.train import interrupted_message
 
     run_dir = str(tmp_path / "run")
     resume = f"podracer train --resume {run_dir}"
-    assert cli.interrupted_message(runs.Interrupted(6, 6), run_dir) == (
+    assert interrupted_message(runs.Interrupted(6, 6), run_dir) == (
         f"podracer: interrupted; the state after 6 updates is saved: {resume}"
     )
-    assert cli.interrupted_message(runs.Interrupted(None, 4), run_dir) == (
+    assert interrupted_message(runs.Interrupted(None, 4), run_dir) == (
         "podracer: interrupted; the last state could not be saved, the latest checkpoint is "
         f"of update 4: {resume}"
     )
     # A Ctrl-C before the loop (building, compiling) reads the checkpoints on disk.
-    assert cli.interrupted_message(KeyboardInterrupt(), run_dir).endswith(
+    assert interrupted_message(KeyboardInterrupt(), run_dir).endswith(
         f"nothing was saved: no checkpoint in {run_dir}"
     )
     for name in ("4", "12", "12.orbax-checkpoint-tmp-1"):
         os.makedirs(os.path.join(run_dir, "checkpoints", name))
-    assert "the latest checkpoint is of update 12:" in cli.interrupted_message(
+    assert "the latest checkpoint is of update 12:" in interrupted_message(
         KeyboardInterrupt(), run_dir
     )
 
@@ -445,7 +445,7 @@ def test_default_run_dir_names_env_agent_arch_and_time():
     import re
     import time
 
-    from podracer.population.tournament import PopulationConfig
+    from podracer.population.ensemble import PopulationConfig
 
     before = time.time()
     name = runs.default_run_dir(SPEC)
@@ -535,6 +535,7 @@ def test_wandb_flags_reach_the_logger_in_train_and_sweep(
     tmp_path, monkeypatch, flags, wandb, online
 ):
     from podracer.cli import main as cli
+    from podracer.cli.parse import parse_selectors, parse_train_args
     from podracer.runs import logging
 
     calls = []
@@ -549,7 +550,7 @@ def test_wandb_flags_reach_the_logger_in_train_and_sweep(
     for command in ("train", "sweep"):
         with pytest.raises(_Stop):
             cli.main([command, *common, *flags, "--run-dir", str(tmp_path / command), "--quiet"])
-    options = cli.parse_train_args([*common, *flags])[0].options
+    options = parse_train_args(parse_selectors([*common, *flags]))[0].options
     assert (options.wandb, options.wandb_online) == (wandb, online)
     assert [(c["wandb"], c["wandb_online"]) for c in calls] == [(wandb, online)] * 2
     assert calls[0]["config"]["options"]["wandb_online"] is online

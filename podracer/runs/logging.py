@@ -8,7 +8,7 @@ Records are flat dicts of numbers (and per-member lists). Two kinds go through a
   every periodic evaluation;
 - ``{"kind": "leaderboard", "step", "updates", "best_member", "best_score", "median_score",
   "scores", "members": [...], "replaced": [...]}`` after every evaluation of a population
-  (:func:`podracer.population.tournament.leaderboard_record`); written to ``leaderboard.jsonl``, not to
+  (:func:`podracer.population.ensemble.leaderboard_record`); written to ``leaderboard.jsonl``, not to
   ``metrics.jsonl``.
 
 ``step`` counts environment steps of one member (seed); ``episode_return`` is the mean over

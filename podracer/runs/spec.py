@@ -157,7 +157,7 @@ def spec_from_dict(data: dict[str, Any], where: str = "config") -> RunSpec:
         )
     population = None
     if data.get("population") is not None:
-        from podracer.population.tournament import PopulationConfig
+        from podracer.population.ensemble import PopulationConfig
 
         population = dataclass_from_dict(
             PopulationConfig, data["population"], f"{where}: population"

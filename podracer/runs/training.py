@@ -171,7 +171,7 @@ def build_system(spec: RunSpec, devices=None) -> loops.System:
     loop = loops.get(spec.arch)
     agent_spec = spec.agent_spec
     if spec.population is not None:
-        from podracer.population import tournament as population
+        from podracer import population
 
         return population.build_system(
             loop,
@@ -250,7 +250,7 @@ def train(
         checkpointer.close()
     summary = result.summary
     if spec.population is not None:
-        from podracer.population.tournament import final_scores
+        from podracer.population.ensemble import final_scores
 
         summary.update(population=spec.population.size, **final_scores(result.events))
     summary.update(agent=spec.agent, run_dir=run_dir)

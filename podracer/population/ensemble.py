@@ -46,6 +46,7 @@ from podracer.core.learner.buffers import break_streams
 from podracer.core.learner.skeleton import one_device
 from podracer.errors import ConfigError
 from podracer.loops import Loop, Members, Periodic
+from podracer.util.stats import nan_as_lowest
 from podracer.util.validation import check_choice, check_positive
 
 
@@ -471,7 +472,7 @@ def leaderboard_record(events: dict[str, Any], updates: int, tournament: bool) -
     """
     scores = np.asarray(events["scores"], np.float64)
     names = sorted(events["hparams"])
-    order = sorted(range(len(scores)), key=lambda i: (-_finite(scores[i]), i))
+    order = sorted(range(len(scores)), key=lambda i: (-nan_as_lowest(scores[i]), i))
     members = []
     for rank, i in enumerate(order, 1):
         members.append(
@@ -507,10 +508,6 @@ def leaderboard_record(events: dict[str, Any], updates: int, tournament: bool) -
         "members": members,
         "replaced": replaced,
     }
-
-
-def _finite(x: float) -> float:
-    return -math.inf if np.isnan(x) else float(x)
 
 
 def build_system(
