@@ -387,15 +387,16 @@ def child_cleanba(directory: str, name: str, steps: int) -> dict:
 
 
 def child_podracer_sebulba(name: str, steps: int, run_dir: str) -> dict:
-    from podracer.cli import main as cli
     from podracer import parallel
+    from podracer.cli.parse import parse_selectors
+    from podracer.cli.train import train
 
     argv = ["--arch", "sebulba", "--env", "envpool:Breakout-v5", "--seed", "0"]
     argv += [*CLEANBA_SCALED[name]["podracer"], "--total-timesteps", str(steps)]
     argv += ["--run-dir", run_dir]
     parallel.use_cpu_cores()  # as `podracer train` does
     start = time.perf_counter()
-    summary = cli.train(argv)
+    summary = train(parse_selectors(argv))
     elapsed = time.perf_counter() - start
     return {
         "end_to_end_sps": summary["total_steps"] / elapsed,

@@ -8,7 +8,7 @@
         --total-timesteps 1000000 --episodes 64
 
 Every flag that is not this script's own (``--episodes``, ``--policy``, ``--out``) is a
-``podracer train`` flag, read as ``podracer train`` reads it (:func:`podracer.cli.main.run_spec`):
+``podracer train`` flag, read as ``podracer train`` reads it (:func:`podracer.cli.parse.run_spec`):
 ``--agent``, ``--env``, ``--seed``, ``--total-timesteps``, ``--config``, ``--agent.FIELD``,
 ``--arch.FIELD``, ``--env-param``, ... with the environment family's preset
 (:mod:`podracer.loops.presets`) applied under them as the command line applies it, and one XLA:CPU
@@ -57,12 +57,11 @@ import numpy as np
 from envs import random_legal_actions
 from jsonl import emit
 
-from podracer import agents, parallel
-from podracer.cli import main as cli
-from podracer import runs
+from podracer import agents, parallel, runs
+from podracer.cli.parse import parse_selectors, run_spec
 from podracer.core.evaluation import eval_key, evaluation_params
-from podracer.runs.logging import make_logger
 from podracer.loops.presets import preset_for
+from podracer.runs.logging import make_logger
 
 # (No JAX backend has started yet: main's use_cpu_cores still acts.)
 
@@ -191,7 +190,7 @@ def main(argv=None) -> int:
         parser.error(f"--episodes={args.episodes}: it must be >= 1")
 
     parallel.use_cpu_cores()  # as `podracer train` does, before JAX starts
-    spec, _ = cli.run_spec(train_argv)  # prints the preset it applied on stderr
+    spec, _ = run_spec(parse_selectors(train_argv))  # prints the preset it applied on stderr
     preset = preset_for(agents.get(spec.agent), spec.env, spec.arch)
     logger = make_logger(None, spec.total_timesteps, console=True, tensorboard=False)
     try:

@@ -7,7 +7,12 @@ import sys
 
 import pytest
 
-from podracer.cli.main import parse_train_args
+from podracer.cli import parse
+
+
+def parse_train_args(argv):
+    """``podracer train ARGV``'s configs: ``argv`` parsed once, as the command line does."""
+    return parse.parse_train_args(parse.parse_selectors(argv))
 
 REQUIRED = {"total_steps", "sps", "compile_s", "final_return", "params_checksum"}
 
@@ -89,8 +94,8 @@ def test_overrides_reach_the_configs():
 def test_a_bug_keeps_its_traceback(monkeypatch):
     """Only a user's error (ConfigError, CLIError, CheckpointError) becomes one line: a
     ValueError from a bug goes on, with its traceback."""
-    from podracer.cli import main as cli
     from podracer import runs
+    from podracer.cli import main as cli
 
     def bug(*args, **kwargs):
         raise ValueError("operands could not be broadcast together")

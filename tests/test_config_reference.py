@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from podracer.cli import reference as config_reference
 from podracer.agents import PPOConfig
+from podracer.cli import reference as config_reference
 
 
 def test_committed_reference_is_current():
@@ -91,7 +91,7 @@ def test_check_mode(tmp_path, capsys):
 
 
 def test_run_options_table_has_every_field_with_its_flag():
-    from podracer.cli.main import OPTION_FLAGS
+    from podracer.cli.parse import OPTION_FLAGS
     from podracer.runs import RunOptions
 
     text = config_reference.render_run_options()
@@ -112,7 +112,7 @@ def test_run_options_table_has_every_field_with_its_flag():
 
 def test_every_option_flag_sets_its_field():
     """The flags the table names are the parser's: each sets its field to a non-default value."""
-    from podracer.cli.main import OPTION_FLAGS, parse_train_args
+    from podracer.cli.parse import OPTION_FLAGS, parse_selectors, parse_train_args
     from podracer.runs import RunOptions
 
     defaults = RunOptions()
@@ -120,7 +120,7 @@ def test_every_option_flag_sets_its_field():
         args = flag.split()
         if len(args) == 2:
             args[1] = "7"
-        options = parse_train_args(args)[0].options
+        options = parse_train_args(parse_selectors(args))[0].options
         changed = {
             f.name
             for f in dataclasses.fields(RunOptions)

@@ -20,6 +20,7 @@ import pytest
 
 from podracer.experiments import elastic
 from podracer.experiments.elastic import Entry, MemberId
+from podracer.loops.common import params_checksum
 
 needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason='needs the ray extra (pip install -e ".[ray]")'
@@ -103,10 +104,15 @@ def test_top_members_and_final_scores():
     assert scores["final_median_score"] == 3.0 and scores["final_best_member"] == "pod1-m0"
 
 
-def _spec(population: int = 4):
-    from podracer.cli import main as cli
+def _run_spec(argv):
+    """``(RunSpec, selectors)`` of ``podracer train ARGV``, as the command line resolves it."""
+    from podracer.cli.parse import parse_selectors, run_spec
 
-    spec, _ = cli.run_spec([*SMALL, "--population", str(population), "--total-timesteps", "512"])
+    return run_spec(parse_selectors(argv))
+
+
+def _spec(population: int = 4):
+    spec, _ = _run_spec([*SMALL, "--population", str(population), "--total-timesteps", "512"])
     return spec
 
 
@@ -115,11 +121,10 @@ def test_two_pods_in_this_process_report_copy_and_their_best_member_evaluates(tm
     against one in-process leaderboard, the second joining with copies of the first's best.
     Every report is acknowledged once, the joined pod starts from seeded members, and the best
     member reloads with the checksum its row records and plays episodes."""
-    from podracer.cli import main as cli
     from podracer import runs
 
     # 2 members a pod, 256 steps of 2 x 16: 8 updates, 2 reports a pod
-    spec, _ = cli.run_spec([*SMALL, "--population", "4", "--total-timesteps", "256"])
+    spec, _ = _run_spec([*SMALL, "--population", "4", "--total-timesteps", "256"])
     run_dir = str(tmp_path / "run")
     runs.save_spec(run_dir, spec)
     layout = {"config": {"pods": 2}, "pods": [{"pod": p, "members": 2} for p in (0, 1)]}
@@ -142,7 +147,7 @@ def test_two_pods_in_this_process_report_copy_and_their_best_member_evaluates(tm
     state, meta = elastic.load_best(run_dir)
     row = next(r for r in rows if r["id"] == meta["record"])
     member = next(m for m in row["members"] if m["score"] == meta["score"])
-    assert elastic.checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
+    assert params_checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
     result = elastic.evaluate_best(run_dir, episodes=2)
     assert result["record"] == meta["record"] and result["episodes"] == 2
     assert 1.0 <= result["mean"] <= 500.0  # CartPole-v1 returns
@@ -482,7 +487,7 @@ def test_driver_killed_and_resumed_continues_the_leaderboard(procs, ray_tmp, tmp
     state, meta = elastic.load_best(run_dir)
     row = next(r for r in rows if r["id"] == meta["record"])
     member = next(m for m in row["members"] if m["score"] == meta["score"])
-    assert elastic.checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
+    assert params_checksum(state["params"]) == pytest.approx(member["params_checksum"], rel=1e-12)
     # podracer eval plays that member.
     proc = subprocess.run(
         [sys.executable, "-m", "podracer.cli.main", "eval", run_dir, "--episodes", "2"],

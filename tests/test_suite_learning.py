@@ -33,15 +33,17 @@ def suite_learning():
 @pytest.mark.slow
 def test_ppo_solves_navix_empty(suite_learning):
     """NAVIX's Empty-5x5: reward 1 at the goal (and the episode ends), so the maximum return is
-    1. PPO with the command line's defaults (``cli.run_spec``, as ``podracer train`` resolves
+    1. PPO with the command line's defaults (``cli.parse.run_spec``, as ``podracer train`` resolves
     them), 1e5 steps: its greedy policy reaches the goal in >= 90% of 64 episodes (measured: 1.0,
     about 25 s to train on 2 cores); the random policy reaches it in about 40% (measured: 0.37
     over 128 episodes, the rest run into the 100-step time limit)."""
     pytest.importorskip("navix")
-    from podracer.cli import main as cli
+    from podracer.cli.parse import parse_selectors, run_spec
 
-    spec, _ = cli.run_spec(
-        ["--agent", "ppo", "--env", "navix:Navix-Empty-5x5-v0", "--total-timesteps", "100000"]
+    spec, _ = run_spec(
+        parse_selectors(
+            ["--agent", "ppo", "--env", "navix:Navix-Empty-5x5-v0", "--total-timesteps", "100000"]
+        )
     )
     record = suite_learning.measure(spec, episodes=64, policy="greedy", both=False)
     assert record["total_steps"] >= 99_000
@@ -66,7 +68,7 @@ def test_ppo_beats_random_legal_on_a_small_snake(suite_learning, monkeypatch):
     from podracer import agents, envs, loops
     from podracer.runs import RunSpec
 
-    monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
+    monkeypatch.setattr(envs.factory, "_REGISTRY", dict(envs.factory._REGISTRY))
     envs.register(
         "small_snake",
         lambda: envs.make(

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 COMMAND = "python -m podracer.cli.reference"
 
 
@@ -111,7 +111,7 @@ def _cell(text: str) -> str:
 def sections() -> list[ConfigSection]:
     """The documented configs, in a fixed order: agents as in AGENTS, then the loops."""
     from podracer import agents, loops
-    from podracer.population.tournament import PopulationConfig
+    from podracer.population.ensemble import PopulationConfig
 
     out = []
     for name, entry in agents.AGENTS.items():
@@ -176,7 +176,7 @@ def _field_rows(cls, first_cells) -> list[str]:
 def render_train_flags() -> str:
     """The flags of ``podracer train`` that are neither config fields nor run options, from its
     argument parser."""
-    from podracer.cli.main import OPTION_FLAGS, train_flags
+    from podracer.cli.parse import OPTION_FLAGS, train_flags
 
     options = {flag.split()[0] for flag in OPTION_FLAGS.values()}
     lines = [
@@ -198,7 +198,7 @@ def render_train_flags() -> str:
 def render_run_options() -> str:
     """:class:`~podracer.runs.RunOptions`: one row per field, with its flag and its key in the
     ``options`` section of a config file."""
-    from podracer.cli.main import OPTION_FLAGS
+    from podracer.cli.parse import OPTION_FLAGS
     from podracer.runs import RunOptions
 
     lines = [

@@ -25,6 +25,7 @@ import sys
 import threading
 
 from podracer import parallel
+from podracer.cli.parse import TrainArgs, process_setup
 
 SUPERVISED = "PODRACER_SUPERVISED"  # set in the child: it is not supervised again
 RUN_DIR_MARK = "podracer-run-dir: "  # the child's agreed run directory (parallel.note_run_dir)
@@ -33,23 +34,13 @@ FATAL = ("Terminating process because the JAX distributed service", "*** Check f
 LEADER_GONE = ("Failed to send RPC to coordination service", "leader task")
 
 
-def _setup(argv) -> parallel.ProcessSetup:
-    from podracer.cli import main as cli
-
-    return cli.process_setup(argv)
-
-
-def wanted(argv) -> bool:
-    """Whether ``podracer train ARGV`` from the command line (or its parsed
-    :class:`~podracer.cli.main.TrainArgs`) runs under a supervisor: a process of a multi-process run
-    that is not (or may not be) process 0, not already supervised, and not a dry run or a
-    help."""
-    from podracer.cli import main as cli
-
-    args = cli.parse_selectors(argv)
+def wanted(args: TrainArgs) -> bool:
+    """Whether ``podracer train`` from the command line (its one parse ``args``) runs under a
+    supervisor: a process of a multi-process run that is not (or may not be) process 0, not
+    already supervised, and not a dry run or a help."""
     if os.environ.get(SUPERVISED) or args.selectors.dry_run or args.selectors.help:
         return False
-    setup = _setup(args)
+    setup = process_setup(args)
     return setup.distributed and setup.process_id != 0
 
 
@@ -112,13 +103,10 @@ def _dies_with_parent():
     return dies_with_parent
 
 
-def run(argv) -> int:
-    """Runs ``podracer train ARGV`` (a list, or its parsed :class:`~podracer.cli.main.TrainArgs`) as
-    a child process (see the module docstring); returns the exit status for this process."""
-    from podracer.cli import main as cli
-
-    args = cli.parse_selectors(argv)
-    setup = _setup(args)
+def run(args: TrainArgs) -> int:
+    """Runs ``podracer train`` (its one parse ``args``) as a child process (see the module
+    docstring); returns the exit status for this process."""
+    setup = process_setup(args)
     child = subprocess.Popen(
         [sys.executable, "-m", "podracer.cli.main", "train", *args.argv],
         env={**os.environ, SUPERVISED: "1", "PYTHONUNBUFFERED": "1"},

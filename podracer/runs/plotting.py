@@ -54,9 +54,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from podracer.util.validation import ArgumentParser
+from podracer.runs.leaderboard import population_records
 from podracer.runs.rundir import CONFIG_FILE, LEADERBOARD_FILE, METRICS_FILE, RESULTS_FILE
 from podracer.util.stats import bootstrap_ci
+from podracer.util.validation import ArgumentParser
 
 KINDS = ("train", "eval")
 DEFAULT_METRIC = {"train": "episode_return", "eval": "eval_return"}
@@ -411,8 +412,6 @@ def plot_population(run_dir: PathLike, out: PathLike) -> Path:
 
     records = read_leaderboard(run_dir)
     if "pod" in records[0]:  # an elastic run's rows, one per pod report: all pods' members
-        from podracer.experiments.elastic import population_records
-
         records = population_records(records)
     step = np.asarray([r.get("step", r["updates"]) for r in records], np.float64)
     size = len(records[-1]["members"])

@@ -179,4 +179,10 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SUMMARY_KEYS", "bootstrap_ci", "format_table", "iqm", "summarize"]
+def nan_as_lowest(score: float) -> float:
+    """``score`` as a float, NaN (no finished episode) as ``-inf``: a key that ranks a member
+    without a score below every member with one."""
+    return -math.inf if np.isnan(score) else float(score)
+
+
+__all__ = ["SUMMARY_KEYS", "bootstrap_ci", "format_table", "iqm", "nan_as_lowest", "summarize"]

@@ -1,0 +1,52 @@
+"""``podracer eval``: a saved run's checkpoint played for fresh episodes (an elastic run's best
+member, :mod:`podracer.experiments.elastic`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from podracer.cli.parse import CLIError
+from podracer.util.validation import ArgumentParser
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="podracer eval", description="Evaluate a saved run's checkpoint.")
+    parser.add_argument("run_dir", help="a run directory (podracer train --run-dir)")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes (per seed)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions (not greedy)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--step", type=int, help="the checkpoint to evaluate (the latest)")
+    which.add_argument(
+        "--best", action="store_true", help="the checkpoint of the best evaluation return"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the flags and the run directory's config, then exit: nothing evaluated",
+    )
+    return parser
+
+
+def evaluate(argv: Sequence[str]) -> dict:
+    """``podracer eval RUN_DIR [--episodes N] [--stochastic] [--step S | --best] [--dry-run]``;
+    prints the result as one JSON line."""
+    args = _parser().parse_args(list(argv))
+    if args.episodes < 1:
+        raise CLIError(f"--episodes={args.episodes} is not allowed: it must be >= 1")
+    if args.dry_run:
+        from podracer.runs import dry_run_saved
+
+        return dry_run_saved("eval", args.run_dir, step=args.step)
+    from podracer.experiments import elastic
+    from podracer.runs import evaluate_run
+
+    greedy = not args.stochastic
+    if elastic.is_elastic_run(args.run_dir):  # the best member the leaderboard kept
+        result = elastic.evaluate_best(args.run_dir, episodes=args.episodes, greedy=greedy)
+    else:
+        result = evaluate_run(
+            args.run_dir, episodes=args.episodes, greedy=greedy, step=args.step, best=args.best
+        )
+    print(json.dumps(result), flush=True)
+    return result
