@@ -22,7 +22,7 @@ from podracer.util import ops
 from podracer.loops import sebulba
 from podracer.core import RolloutState
 from podracer.loops.sebulba import SebulbaConfig, env_factory, host_act, host_rollout, rollout_keys
-from podracer.loops.sebulba.system import AsyncCollector, Timers
+from podracer.loops.sebulba import AsyncCollector, Timers
 
 
 class Speed(NamedTuple):

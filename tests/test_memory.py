@@ -162,7 +162,7 @@ def test_the_learner_rerun_gives_the_behaviour_outputs_sebulba_sync():
 @pytest.mark.slow
 def test_the_learner_rerun_gives_the_behaviour_outputs_sebulba_async():
     from podracer.envs import host as host_envs
-    from podracer.loops.sebulba.system import AsyncCollector, Timers
+    from podracer.loops.sebulba import AsyncCollector, Timers
 
     _env, _, agent, _, net = recurrent_ppo(window=16)
     params = agent.init(jax.random.key(0), jnp.zeros(4))

@@ -13,9 +13,9 @@ from flax import struct
 
 from podracer import agents, envs
 from podracer.agents import PPOConfig, build
-from podracer.errors import ConfigError
 from podracer.core import RolloutState, make_rollout, reset_envs
 from podracer.envs.host.jax_env import JaxHostEnvironment
+from podracer.errors import ConfigError
 from podracer.loops import make_recipe
 from podracer.loops.sebulba import LOOP as SEBULBA
 from podracer.loops.sebulba import SebulbaConfig, host_act, host_rollout, rollout_keys, run
@@ -310,7 +310,7 @@ def test_sebulba_ppo_learns_envpool_cartpole():
 
 def test_async_collector_keeps_each_env_sequence():
     from podracer.envs import host as host_envs
-    from podracer.loops.sebulba.system import AsyncCollector, Timers
+    from podracer.loops.sebulba import AsyncCollector, Timers
 
     env = host_envs.make("envpool:CartPole-v1", num_envs=6, batch_size=3, seed=3)
     agent, _ = build(PPOConfig(), 2, num_updates=1)
@@ -359,7 +359,7 @@ def test_async_collector_matches_each_env_log(stateful):
     from test_contracts import counting_agent
 
     from podracer.envs import host as host_envs
-    from podracer.loops.sebulba.system import AsyncCollector, Timers
+    from podracer.loops.sebulba import AsyncCollector, Timers
 
     if stateful:
         agent = counting_agent(num_actions=2)

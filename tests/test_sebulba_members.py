@@ -13,16 +13,15 @@ import jax
 import numpy as np
 import pytest
 
-from podracer import loops
-from podracer.population import tournament as population
-from podracer import runs
+from podracer import loops, population, runs
 from podracer.agents import IMPALAConfig, PPOConfig
-from podracer.loops.anakin import AnakinConfig
-from podracer.runs.checkpoint import Checkpointer
 from podracer.envs.host.members import MemberEnvironments
+from podracer.loops.anakin import AnakinConfig
 from podracer.loops.common import params_checksum
 from podracer.loops.sebulba import SebulbaConfig
-from podracer.loops.sebulba.system import member_stats, recent_scores
+from podracer.loops.sebulba.actors import member_stats
+from podracer.loops.sebulba.learner import recent_scores
+from podracer.runs.checkpoint import Checkpointer
 
 PPO = PPOConfig(num_minibatches=2, hidden_sizes=(16,), anneal_lr=False)
 

@@ -17,7 +17,7 @@ calls it in a Python loop with a host environment's ``step`` (``env_state`` is t
 host environment keeps its own) and the actor's jitted ``act``, and evaluation runs it with a
 greedy agent (:func:`greedy_agent`) on device or on the host. Sebulba's async collector acts
 through the same ``act`` (the reset rule) and records the two halves of a step as their results
-arrive (:class:`podracer.loops.sebulba.system.AsyncCollector`). Brax's ``training/acting.py``
+arrive (:class:`podracer.loops.sebulba.AsyncCollector`). Brax's ``training/acting.py``
 (``actor_step`` / ``generate_unroll``) has the same shape.
 """
 

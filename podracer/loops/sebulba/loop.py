@@ -17,13 +17,8 @@ from podracer.loops import registry
 from podracer.loops.base import Loop, Members, Periodic, RunHooks, RunResult
 from podracer.loops.recipe import EnvFactory, Recipe, as_factory
 from podracer.loops.sebulba.config import SebulbaConfig
-from podracer.loops.sebulba.system import (
-    agent_of,
-    envs_per_device,
-    init_state,
-    member_offsets,
-    run,
-)
+from podracer.loops.sebulba.members import agent_of, envs_per_device, init_state, member_offsets
+from podracer.loops.sebulba.system import run
 from podracer.types import EnvSpec, HostEnvironment
 from podracer.util import seeding
 
@@ -128,7 +123,7 @@ def probe(
 
 class SebulbaSystem(NamedTuple):
     """A built Sebulba system (a :class:`podracer.loops.System`) of ``config.num_seeds``
-    members. Its state is a :class:`~podracer.loops.sebulba.system.SebulbaState` (the members'
+    members. Its state is a :class:`~podracer.loops.sebulba.members.SebulbaState` (the members'
     learner states, hyper-parameters and lineage); actors' environments start afresh on every
     run, and have the recipe's options (``recipe.env_options``), as the probe's had."""
 
