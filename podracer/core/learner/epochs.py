@@ -5,21 +5,21 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from podracer.core.learner.skeleton import Body, Fit, Parts
+from podracer.core.learner.skeleton import BodyState, BodyTools, LearnerBody
 from podracer.errors import ConfigValueError
 from podracer.types import Trajectory
 
 
-def epochs(num_epochs: int, num_minibatches: int) -> Body:
+def epochs(num_epochs: int, num_minibatches: int) -> LearnerBody:
     """The on-policy body: ``num_epochs`` passes over ``prepare``'s batch, each over a fresh
-    permutation of its sample axis cut into ``num_minibatches`` minibatches, one ``sgd_step``
+    permutation of its sample axis cut into ``num_minibatches`` minibatches, one ``gradient_step``
     each."""
     if num_epochs < 1:
         raise ValueError(f"make_learner: num_epochs={num_epochs} must be >= 1")
     if num_minibatches < 1:
         raise ValueError(f"make_learner: num_minibatches={num_minibatches} must be >= 1")
 
-    def body(parts: Parts, fit: Fit, batch, traj: Trajectory, key):
+    def body(tools: BodyTools, state: BodyState, batch, traj: Trajectory, key):
         num_samples = jax.tree.leaves(batch)[0].shape[0]
         if num_samples % num_minibatches:
             raise ConfigValueError(
@@ -32,7 +32,7 @@ def epochs(num_epochs: int, num_minibatches: int) -> Body:
         steps_per_sample = traj.reward.size // num_samples
 
         def step(carry, minibatch_and_key):
-            params, opt_state, out = parts.sgd_step(
+            params, opt_state, out = tools.gradient_step(
                 *carry, *minibatch_and_key, steps_per_sample=steps_per_sample
             )
             return (params, opt_state), out.metrics
@@ -48,11 +48,11 @@ def epochs(num_epochs: int, num_minibatches: int) -> Body:
                 lambda x: x.reshape(num_minibatches, size, *x.shape[1:]), shuffled
             )
             keys = jax.random.split(loss_key, num_minibatches)
-            return parts.scan(step, carry, (minibatches, keys))
+            return tools.loop(step, carry, (minibatches, keys))
 
-        (params, opt_state), metrics = parts.scan(
-            epoch, (fit.params, fit.opt_state), jax.random.split(key, num_epochs)
+        (params, opt_state), metrics = tools.loop(
+            epoch, (state.params, state.opt_state), jax.random.split(key, num_epochs)
         )
-        return fit._replace(params=params, opt_state=opt_state), metrics
+        return state._replace(params=params, opt_state=opt_state), metrics
 
     return body

@@ -54,7 +54,7 @@ from podracer.core.learner.buffers import (
     stored,
     window_buffer,
 )
-from podracer.core.learner.skeleton import Fit, Parts
+from podracer.core.learner.skeleton import BodyState, BodyTools
 from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import Trajectory
 
@@ -232,13 +232,13 @@ def window_buffer_of(replay: Replay, envs_per_device: int, sample_batch_size: in
 
 
 def replay_body(replay: Replay, envs_per_device: int = 0):
-    """The replay learner's body (:data:`podracer.core.learner.skeleton.Body`): ``prepare``'s items into
-    this device's buffer, then ``round(replay_ratio * steps)`` gradient steps on sampled
+    """The replay learner's body (a :data:`~podracer.core.learner.skeleton.LearnerBody`):
+    ``prepare``'s items into this device's buffer, then ``round(replay_ratio * steps)`` gradient steps on sampled
     batches (see the module's docstring)."""
     config = replay.config
 
-    def body(parts: Parts, fit: Fit, items, traj: Trajectory, key):
-        axis_name = parts.axis_name
+    def body(tools: BodyTools, state: BodyState, items, traj: Trajectory, key):
+        axis_name = tools.axis_name
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
         samples = replay.batch_size or config.batch_size
         if samples % num_devices:
@@ -261,14 +261,14 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
                 )
             check_items(replay, items, example_obs, traj.reward.shape)
             buffer = window_buffer_of(replay, envs_per_device, per_device)
-            buffer_state = buffer.add(fit.replay, items)
+            buffer_state = buffer.add(state.replay, items)
             held = buffer.stored(buffer_state)
             ready = (held >= config.learning_starts) & (buffer.windows(buffer_state) > 0)
             size = buffer.windows(buffer_state)
         else:
             check_items(replay, items, example_obs, jax.tree.leaves(items)[0].shape[:1])
             buffer = item_buffer_of(replay, per_device)
-            buffer_state = buffer.add(fit.replay, items)
+            buffer_state = buffer.add(state.replay, items)
             held = size = stored(buffer_state)
             ready = jnp.all(held >= config.learning_starts)
         if axis_name is not None:
@@ -278,7 +278,7 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
 
         def as_batch(sample):
             experience, weights = sample
-            return ReplayBatch(experience, weights, fit.agent_state)
+            return ReplayBatch(experience, weights, state.agent_state)
 
         def step(carry, key):
             params, opt_state, buffer_state = carry
@@ -290,7 +290,7 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
                 )
             else:
                 weights = jnp.ones((per_device,), jnp.float32)
-            new_params, new_opt_state, out = parts.sgd_step(
+            new_params, new_opt_state, out = tools.gradient_step(
                 params,
                 opt_state,
                 (sample.experience, weights),
@@ -331,7 +331,7 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
         # straight-line code of that many steps would take minutes to compile.
         (params, opt_state, buffer_state), metrics = jax.lax.scan(
             step,
-            (fit.params, fit.opt_state, buffer_state),
+            (state.params, state.opt_state, buffer_state),
             jax.random.split(key, num_steps),
         )
         metrics = {
@@ -339,6 +339,6 @@ def replay_body(replay: Replay, envs_per_device: int = 0):
             "replay_ready": ready.astype(jnp.float32),
             "buffer_items": held.astype(jnp.float32),
         }
-        return fit._replace(params=params, opt_state=opt_state, replay=buffer_state), metrics
+        return state._replace(params=params, opt_state=opt_state, replay=buffer_state), metrics
 
     return body

@@ -29,44 +29,57 @@ AGENT_STATE_STREAM = 3
 learner's own key come from ``split``)."""
 
 
-class Parts(NamedTuple):
-    """What the skeleton gives a learner's body (:func:`learner_skeleton`): the one gradient
-    step, and the layout's loop and reductions."""
+class BodyTools(NamedTuple):
+    """What :func:`learner_skeleton` hands a :data:`LearnerBody`: the one gradient step, the
+    layout's loop, and the means over the batch and over the devices. Built by
+    :func:`make_body_tools`."""
 
-    sgd_step: Callable[..., tuple[Any, Any, LossOutput]]
-    """``sgd_step(params, opt_state, minibatch, key, *, steps_per_sample=1, as_batch=None) ->
-    (params, opt_state, LossOutput)``: ``grad(agent.loss)`` of the minibatch (its leaves share
-    a leading sample axis; ``as_batch(slice)`` makes what the loss takes of it, by default the
-    slice itself), accumulated over the layout's gradient slices, averaged over the data axis
-    and applied by the optimizer. The output's metrics have ``grad_norm``; its priorities (a
-    replay loss's) are the minibatch's, slices concatenated."""
-    scan: Callable[..., Any]  # lax.scan, or the layout's Python loop (unroll=True)
-    mean_fn: MeanFn  # the mean over the whole batch, every device
-    pmean: Callable[[Any], Any]  # the mean over the data axis (identity on one device)
+    gradient_step: Callable[..., tuple[Any, Any, LossOutput]]
+    """``gradient_step(params, opt_state, minibatch, key, *, steps_per_sample=1,
+    as_batch=None) -> (params, opt_state, LossOutput)``: ``grad(agent.loss)`` of the minibatch
+    (its leaves share a leading sample axis; ``as_batch(slice)`` makes what the loss takes of
+    it, by default the slice itself), accumulated over the layout's gradient slices, averaged
+    over the data axis and applied by the optimizer. The output's metrics have ``grad_norm``;
+    its priorities (a replay loss's) are the minibatch's, slices concatenated."""
+    loop: Callable[..., Any]
+    """``loop(step, carry, xs) -> (carry, ys)``: ``lax.scan`` with the layout's ``unroll``, or
+    a Python loop (straight-line code) with ``unroll=True``."""
+    batch_mean: MeanFn
+    """``batch_mean(x)``: the mean of ``x`` over the whole batch, every device's part of it (what
+    ``Agent.prepare`` and ``Agent.update_state`` get as ``mean_fn``)."""
+    device_mean: Callable[[Any], Any]
+    """``device_mean(tree)``: ``lax.pmean`` over the data axis (the identity on one device)."""
     axis_name: str | None
+    """The data axis (``podracer.parallel.DATA_AXIS``), or None on one device."""
 
 
-class Fit(NamedTuple):
-    """What a learner's body changes between init and finish (one device's view)."""
+class BodyState(NamedTuple):
+    """The part of a :class:`~podracer.types.LearnerState` that a :data:`LearnerBody` changes,
+    as one device sees it (the device axes of the per-device fields taken off)."""
 
     params: Any
     opt_state: Any
-    agent_state: Any  # this device's agent state (one_device), after prepare
-    replay: Any  # this device's replay buffer; () without replay
+    agent_state: Any
+    """This device's agent state (:func:`one_device`), as ``prepare`` saw it."""
+    replay: Any
+    """This device's replay buffer; ``()`` without replay."""
 
 
-Body = Callable[[Parts, Fit, Any, Trajectory, jax.Array], tuple[Fit, Metrics]]
-
-
-"""``body(parts, fit, batch, traj, key) -> (fit, metrics)``: what a learner does with
-``prepare``'s ``batch`` between init and finish; ``metrics`` are averaged over every axis and
-over the devices by the skeleton."""
+LearnerBody = Callable[
+    [BodyTools, BodyState, Any, Trajectory, jax.Array], tuple[BodyState, Metrics]
+]
+"""``body(tools, state, batch, traj, key) -> (state, metrics)``: what a learner does with
+``prepare``'s ``batch`` of the trajectory ``traj`` between ``prepare`` and ``update_state``:
+its gradient steps, taken with :class:`BodyTools`, on the :class:`BodyState`. ``metrics`` are
+averaged over every axis and over the devices by the skeleton. The bodies:
+:func:`podracer.core.learner.epochs.epochs` and
+:func:`podracer.core.learner.replay.replay_body`."""
 
 
 def learner_skeleton(
     agent: Agent,
     optimizer: optax.GradientTransformation,
-    body: Body,
+    body: LearnerBody,
     *,
     axis_name: str | None = None,
     unroll: int | bool = 1,
@@ -84,8 +97,8 @@ def learner_skeleton(
 
     1. ``batch = agent.prepare(params, agent_state, traj, mean_fn)``: targets or items from the
        trajectory ``[T, B]``, ``mean_fn`` averaging over the whole batch (``axis_name`` too);
-    2. ``body``: the gradient steps (:class:`Parts` gives the one ``sgd_step``: gradient,
-       ``lax.pmean`` over ``axis_name``, optax update);
+    2. ``body``: the gradient steps (:class:`BodyTools` gives the one ``gradient_step``:
+       gradient, ``lax.pmean`` over ``axis_name``, optax update) on the :class:`BodyState`;
     3. ``agent_state = agent.update_state(agent_state, new_params, traj, mean_fn)``: the agent's
        own slot (a target network, statistics), kept equal on every device by ``mean_fn``, or
        each device's own with ``Agent.state_per_device``.
@@ -97,8 +110,10 @@ def learner_skeleton(
     if microbatch_steps < 0:
         raise ValueError(f"make_learner: microbatch_steps={microbatch_steps} must be >= 0")
 
-    def pmean(x):
-        return jax.lax.pmean(x, axis_name) if axis_name is not None else x
+    tools = make_body_tools(
+        agent, optimizer, axis_name=axis_name, unroll=unroll, microbatch_steps=microbatch_steps
+    )
+    mean_fn = tools.batch_mean
 
     def own(agent_state):
         return one_device(agent, agent_state)
@@ -107,9 +122,6 @@ def learner_skeleton(
         return (
             jax.tree.map(lambda x: x[None], agent_state) if agent.state_per_device else agent_state
         )
-
-    def mean_fn(x):
-        return pmean(jnp.mean(x))
 
     def init(key, example_obs) -> LearnerState:
         params_key, state_key = jax.random.split(key)
@@ -126,52 +138,45 @@ def learner_skeleton(
             replay=jax.tree.map(lambda x: x[None], replay),
         )
 
-    parts = make_parts(
-        agent,
-        optimizer,
-        mean_fn,
-        axis_name=axis_name,
-        unroll=unroll,
-        microbatch_steps=microbatch_steps,
-    )
-
     def update(state: LearnerState, traj: Trajectory):
         key, body_key = jax.random.split(state.key)
         agent_state = own(state.agent_state)
         batch = agent.prepare(state.params, agent_state, traj, mean_fn)
         replay = jax.tree.map(lambda x: x[0], state.replay)
-        fit = Fit(state.params, state.opt_state, agent_state, replay)
-        fit, metrics = body(parts, fit, batch, traj, body_key)
-        metrics = jax.tree.map(lambda m: pmean(jnp.mean(m)), metrics)
-        agent_state = shared(agent.update_state(fit.agent_state, fit.params, traj, mean_fn))
+        trained = BodyState(state.params, state.opt_state, agent_state, replay)
+        trained, metrics = body(tools, trained, batch, traj, body_key)
+        metrics = jax.tree.map(lambda m: tools.device_mean(jnp.mean(m)), metrics)
+        agent_state = shared(agent.update_state(trained.agent_state, trained.params, traj, mean_fn))
         new_state = LearnerState(
-            fit.params,
-            fit.opt_state,
+            trained.params,
+            trained.opt_state,
             key,
             state.update_count + 1,
             agent_state,
-            jax.tree.map(lambda x: x[None], fit.replay),
+            jax.tree.map(lambda x: x[None], trained.replay),
         )
         return new_state, metrics
 
     return Learner(init=init, update=update)
 
 
-def make_parts(
+def make_body_tools(
     agent: Agent,
     optimizer: optax.GradientTransformation,
-    mean_fn: MeanFn,
     *,
     axis_name: str | None = None,
     unroll: int | bool = 1,
     microbatch_steps: int = 0,
-) -> Parts:
-    """The :class:`Parts` a learner's body gets: the one gradient step (``grad(agent.loss)``
-    over the layout's gradient slices, the all-reduce over ``axis_name``, the optimizer) and
-    the layout's loop."""
+) -> BodyTools:
+    """The :class:`BodyTools` a learner's body gets: the one gradient step (``grad(agent.loss)``
+    over the layout's gradient slices, the all-reduce over ``axis_name``, the optimizer), the
+    layout's loop and the means."""
 
-    def pmean(x):
+    def device_mean(x):
         return jax.lax.pmean(x, axis_name) if axis_name is not None else x
+
+    def batch_mean(x):
+        return device_mean(jnp.mean(x))
 
     def local(params, batch):
         return mark_varying(params, batch, axis_name)
@@ -201,7 +206,7 @@ def make_parts(
             return jax.tree.map(jnp.add, total, grads), out
 
         rest = jax.tree.map(lambda x: x[1:], (slices, keys))
-        total, outs = scan(accumulate, first, rest)
+        total, outs = loop(accumulate, first, rest)
         grads = jax.tree.map(lambda g: g / num_slices, total)
         metrics = jax.tree.map(
             lambda m0, m: (m0 + jnp.sum(m, axis=0)) / num_slices, first_out.metrics, outs.metrics
@@ -221,7 +226,7 @@ def make_parts(
         most = max(1, microbatch_steps // max(1, steps_per_sample))
         return size // max(d for d in range(1, min(most, size) + 1) if size % d == 0)
 
-    def sgd_step(params, opt_state, minibatch, key, *, steps_per_sample=1, as_batch=None):
+    def gradient_step(params, opt_state, minibatch, key, *, steps_per_sample=1, as_batch=None):
         size = jax.tree.leaves(minibatch)[0].shape[0]
         slices = num_slices(size, steps_per_sample)
         grads, out = gradient(params, minibatch, key, slices, as_batch or (lambda b: b))
@@ -230,7 +235,7 @@ def make_parts(
         )
         return params, opt_state, out._replace(metrics={**out.metrics, "grad_norm": grad_norm})
 
-    def scan(body, carry, xs):
+    def loop(body, carry, xs):
         """``lax.scan``, or with ``unroll=True`` a Python loop: straight-line code with no XLA
         loop at all (``lax.scan(unroll=True)`` keeps a one-trip loop around the unrolled body,
         and XLA:CPU runs a convolution's backward pass inside it as slowly as in any loop)."""
@@ -242,7 +247,7 @@ def make_parts(
             outs.append(out)
         return carry, jax.tree.map(lambda *x: jnp.stack(x), *outs)
 
-    return Parts(sgd_step, scan, mean_fn, pmean, axis_name)
+    return BodyTools(gradient_step, loop, batch_mean, device_mean, axis_name)
 
 
 def mark_varying(params, batch, axis_name: str | None):
