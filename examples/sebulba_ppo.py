@@ -15,8 +15,8 @@ import json
 import tyro
 
 from podracer.agents import PPOConfig
+from podracer.loops.sebulba import SebulbaConfig, train
 from podracer.runs.logging import ConsoleProgress
-from podracer.loops.sebulba import SebulbaConfig, loop as train
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ def config():
 
 
 def learn(env_id, agent_config, total_timesteps):
-    from podracer.loops.sebulba import loop as train
+    from podracer.loops.sebulba import train
 
     result = train(
         env_id,

@@ -135,17 +135,20 @@ class Recipe(NamedTuple):
         ``agent`` and ``optimizer`` default to the recipe's (a member passes its own).
         ``envs_per_device``: the environments of one learner device's share of a trajectory
         (what a replay of windows keeps a stream for). ``no_policy_lag``: the loop acts with
-        the params it learns (Anakin; :func:`podracer.core.learner.make_learner`)."""
-        options = dict(axis_name=axis_name, **self.layout._asdict())
-        extra = {"envs_per_device": envs_per_device, "no_policy_lag": no_policy_lag}
-        for keyword, value in extra.items():
-            if _takes(self.agent_spec.make_learner, keyword):
-                options[keyword] = value
+        the params it learns (Anakin; :func:`podracer.core.learner.make_learner`).
+
+        The spec's ``make_learner`` is called as ``make_learner(agent, optimizer, config, *,
+        axis_name, unroll, microbatch_steps, envs_per_device, no_policy_lag)``, every keyword
+        given (a ``**layout`` parameter takes them all, as
+        :func:`podracer.agents.spec.epochs_learner` does)."""
         return self.agent_spec.make_learner(
             self.agent if agent is None else agent,
             self.optimizer if optimizer is None else optimizer,
             self.agent_config,
-            **options,
+            axis_name=axis_name,
+            envs_per_device=envs_per_device,
+            no_policy_lag=no_policy_lag,
+            **self.layout._asdict(),
         )
 
     def example_obs(self):
@@ -154,21 +157,6 @@ class Recipe(NamedTuple):
         from podracer.types import zero_observation
 
         return zero_observation(self.env_spec.observation)
-
-
-def _takes(function, keyword: str) -> bool:
-    """Whether ``function`` accepts ``keyword`` (by name or through ``**kwargs``): a user's
-    ``make_learner`` written before ``envs_per_device`` or ``no_policy_lag`` existed keeps
-    working."""
-    import inspect
-
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return True
-    return keyword in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
 
 
 def make_recipe(

@@ -47,15 +47,3 @@ __all__ = [
     "summarise",
     "train",
 ]
-
-_REMOVED = {
-    "HostCarry": "an actor's carry is podracer.core.RolloutState((), timestep, actor_state)",
-    "make_act": "the actors' jitted act is podracer.loops.sebulba.host_act(agent), called as "
-    "act(params, actor_state, obs, done, (keys, t))",
-}
-
-
-def __getattr__(name: str):
-    if name in _REMOVED:
-        raise AttributeError(f"podracer.loops.sebulba.{name} was removed: {_REMOVED[name]}")
-    raise AttributeError(f"module 'podracer.loops.sebulba' has no attribute {name!r}")
