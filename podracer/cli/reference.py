@@ -1,10 +1,10 @@
 """The config reference, ``docs/config.md``, generated from the config dataclasses.
 
 Every field of every agent config (:data:`podracer.agents.AGENTS`) and of the loop configs
-(:class:`~podracer.loops.anakin.AnakinConfig`, :class:`~podracer.loops.sebulba.SebulbaConfig`) becomes a row:
-its command-line flag, type, default and help text. The help text is the field's attribute
-docstring — the string literal under the field in the class body, the same text tyro shows in
-``podracer train --help`` — read with :mod:`ast` from the class source.
+(:class:`~podracer.loops.anakin.AnakinConfig`, :class:`~podracer.loops.sebulba.SebulbaConfig`)
+becomes a row: its command-line flag, type, default and help text. The help text is the field's
+attribute docstring — the string literal under the field in the class body, the same text tyro
+shows in ``podracer train --help`` — read with :mod:`ast` from the class source.
 
     python -m podracer.cli.reference           # rewrite docs/config.md
     python -m podracer.cli.reference --check   # exit 1 when docs/config.md is stale
@@ -35,6 +35,17 @@ class ConfigSection(NamedTuple):
     cls: type
     prefix: str  # "agent", "arch" or "population": flags are --<prefix>.<field-in-kebab-case>
     note: str  # extra Markdown under the title ("" for none)
+
+
+def public_name(cls: type) -> str:
+    """``cls``'s dotted name through the package of its module when that package re-exports it
+    (its public face): ``podracer.runs.RunOptions``, not ``podracer.runs.spec.RunOptions``."""
+    import importlib
+
+    package = cls.__module__.rpartition(".")[0]
+    if package and getattr(importlib.import_module(package), cls.__qualname__, None) is cls:
+        return f"{package}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -145,7 +156,7 @@ def sections() -> list[ConfigSection]:
 
 def render_section(section: ConfigSection) -> str:
     cls = section.cls
-    lines = [f"## `{section.title}`: `{cls.__module__}.{cls.__qualname__}`", ""]
+    lines = [f"## `{section.title}`: `{public_name(cls)}`", ""]
     if class_doc(cls):
         lines += [class_doc(cls), ""]
     if section.note:
@@ -202,7 +213,7 @@ def render_run_options() -> str:
     from podracer.runs import RunOptions
 
     lines = [
-        f"## Run options: `{RunOptions.__module__}.{RunOptions.__qualname__}`",
+        f"## Run options: `{public_name(RunOptions)}`",
         "",
         class_doc(RunOptions),
         "",
