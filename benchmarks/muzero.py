@@ -38,7 +38,7 @@ from anakin_throughput import env_only_sps, peak_memory
 from jsonl import emit
 
 from podracer import envs, loops
-from podracer.agents import muzero
+from podracer.agents import muzero, muzero_model
 from podracer.agents.muzero import MuZeroConfig
 from podracer.core.learner.build import make_learner
 from podracer.core.learner.replay import gradient_steps
@@ -59,8 +59,8 @@ def best_of_3(compiled, *args) -> float:
 def search_sps(env, config: MuZeroConfig, num_envs: int, searches: int) -> float:
     """Environment steps per second of the search alone on ``num_envs`` observations."""
     actions = env.action_spec.num_actions
-    network = muzero.MuZeroNetwork(config, actions)
-    search = muzero.make_search(config, muzero.model_of(network), actions)
+    network = muzero_model.MuZeroNetwork(config, actions)
+    search = muzero_model.make_search(config, muzero_model.model_of(network), actions)
     obs = zero_observation(env.observation_spec, (num_envs,), jnp)
     params = jax.jit(network.init)(jax.random.key(0), jax.tree.map(lambda x: x[:1], obs))
 

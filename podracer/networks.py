@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.util import ops
 from podracer.errors import ConfigValueError
 from podracer.types import split_action_mask
+from podracer.util import ops
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "silu": nn.silu}
 

@@ -19,7 +19,7 @@ pytest.importorskip("mctx")
 import rlax
 
 from podracer import runs
-from podracer.agents import muzero
+from podracer.agents import muzero, muzero_model
 from podracer.agents.muzero import MuZeroConfig
 from podracer.core.learner.buffers import window_buffer
 from podracer.errors import ConfigError
@@ -31,13 +31,13 @@ A = 4
 GOOD = 2  # the action with the higher value
 
 
-def toy_model(config: MuZeroConfig) -> muzero.Model:
+def toy_model(config: MuZeroConfig) -> muzero_model.Model:
     """A deterministic model of one decision: at the root (the observation plus 1, positive)
     every action but GOOD earns 0 and GOOD earns ``params``; every action leads to the
     absorbing state 0, where nothing is earned (the prior is uniform, every value 0)."""
 
     def two_hot_logits(x, support):  # exactly x after the softmax (exp(-1e4) is 0)
-        probs = muzero.scalar_to_logits_target(x, support)
+        probs = muzero_model.scalar_to_logits_target(x, support)
         return jnp.where(probs > 0, jnp.log(jnp.maximum(probs, 1e-30)), -1e4)
 
     def represent(params, obs):
@@ -51,7 +51,7 @@ def toy_model(config: MuZeroConfig) -> muzero.Model:
         b = state.shape[0]
         return jnp.zeros((b, A)), two_hot_logits(jnp.zeros((b,)), config.support_size)
 
-    return muzero.Model(represent, dynamics, predict)
+    return muzero_model.Model(represent, dynamics, predict)
 
 
 SEARCHES = {
@@ -74,7 +74,7 @@ def searched(request, two_devices):
     check_vma=True (the same keys for the same halves)."""
     config = SEARCHES[request.param]
     model = toy_model(config)._replace(represent=lambda p, obs: obs["position"] + 1.0)
-    search = muzero.make_search(config, model, A)
+    search = muzero_model.make_search(config, model, A)
     obs = {"position": jnp.tile(jnp.arange(8.0)[:, None], (1, 3)), ACTION_MASK: jnp.asarray(MASK)}
     keys = jax.random.split(jax.random.key(0), 2)
     mesh = jax.make_mesh((2,), ("data",), devices=two_devices)
@@ -211,10 +211,10 @@ def test_windows_never_cross_environments():
 def test_two_hot_and_h_transform_round_trip_and_match_rlax():
     s = 20
     x = jnp.array([-300.0, -7.5, -1.0, 0.0, 0.3, 1.0, 42.0, 350.0])
-    got = muzero.scalar_to_logits_target(x, s)
+    got = muzero_model.scalar_to_logits_target(x, s)
     pair = rlax.muzero_pair(-s, s, 2 * s + 1, rlax.SIGNED_HYPERBOLIC_PAIR)
     np.testing.assert_allclose(np.asarray(got), np.asarray(pair.apply(x)), atol=1e-6)
-    back = muzero.logits_to_scalar(jnp.log(got + 1e-30), s)
+    back = muzero_model.logits_to_scalar(jnp.log(got + 1e-30), s)
     np.testing.assert_allclose(
         np.asarray(back), np.asarray(pair.apply_inv(got)), rtol=1e-4, atol=1e-4
     )
@@ -225,8 +225,8 @@ def test_the_gradient_into_the_dynamics_is_scaled_at_each_step():
     """The losses at position k reach the root state through k dynamics steps: their gradient
     with respect to it with the scale 0.5 is 0.5 ** k times the unscaled one."""
     config = MuZeroConfig(hidden_sizes=(8,), model_hidden_sizes=(8,), embedding_size=6)
-    network = muzero.MuZeroNetwork(config, A)
-    model = muzero.model_of(network)._replace(represent=lambda p, state: state)
+    network = muzero_model.MuZeroNetwork(config, A)
+    model = muzero_model.model_of(network)._replace(represent=lambda p, state: state)
     root = jax.random.uniform(jax.random.key(0), (5, 6))
     actions = jnp.array([[0, 1, 2], [3, 2, 1], [1, 1, 1], [0, 0, 3], [2, 3, 0]])
     shapes = jax.eval_shape(network.init, jax.random.key(1), root[:1])
@@ -264,7 +264,7 @@ REANALYSE = dict(
 
 def random_params(config: MuZeroConfig, obs, seed: int):
     """Random weights everywhere (the heads start at zero, whose searches are all uniform)."""
-    network = muzero.MuZeroNetwork(config, A)
+    network = muzero_model.MuZeroNetwork(config, A)
     shapes = jax.eval_shape(network.init, jax.random.key(0), obs[:1])
     rng = np.random.default_rng(seed)
     return jax.tree.map(lambda x: jnp.asarray(0.5 * rng.normal(size=x.shape), x.dtype), shapes)
@@ -307,7 +307,9 @@ def reanalysed():
 
         losses[fraction] = jax.jit(metrics)
     search = jax.jit(
-        muzero.make_search(config, muzero.model_of(muzero.MuZeroNetwork(config, A)), A)
+        muzero_model.make_search(
+            config, muzero_model.model_of(muzero_model.MuZeroNetwork(config, A)), A
+        )
     )
 
     def searched(p):  # the search of p on the stored observations at positions 0..K: [b, K+1, A]
@@ -362,11 +364,11 @@ def test_value_targets_bootstrap_from_the_target_networks_value(reanalysed):
         k,
     )
     b = steps.reward.shape[0]
-    model = muzero.model_of(muzero.MuZeroNetwork(config, A))
+    model = muzero_model.model_of(muzero_model.MuZeroNetwork(config, A))
     target = random_params(config, steps.obs[:, 0], 2)
     boot = steps.bootstrap_obs[np.arange(b), want["last"][:, 0]]
     logits = model.predict(target, model.represent(target, boot))[1]
-    value = muzero.logits_to_scalar(logits, config.support_size)
+    value = muzero_model.logits_to_scalar(logits, config.support_size)
     z0 = want["value"][:, 0] + want["discount"][:, 0] * np.asarray(value)
     assert np.any(want["discount"][:, 0] == 0) and np.any(want["discount"][:, 0] > 0)
     for fraction in (0.0, 0.5):

@@ -236,35 +236,13 @@ def target_update(config: DQNConfig):
     return update_state
 
 
-def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -> Agent:
-    """DQN with memory, after R2D2 (Kapturowski et al., 2019,
-    https://openreview.net/forum?id=r1lyTjAqYX): the replay keeps each environment's stream of
-    steps with the carry act was given (windows of ``burn_in + sequence_length`` steps starting
-    every ``period``, which may span rollouts: :class:`podracer.core.learner.replay.Replay`). The loss
-    re-runs each sampled window from its stored first carry: the first ``burn_in`` steps only
-    warm the carry up (no gradient reaches them), for the online and the target network alike;
-    on the next ``sequence_length`` steps, the n-step double-Q loss of
-    :func:`make_agent`, its targets cut at episode ends and at the window's end
-    (:func:`podracer.core.learner.replay.n_step_targets`), each bootstrap observation valued from the
-    carry after its own step. A sequence's priority is
+def make_sequence_loss(config: DQNConfig, net):
+    """R2D2's ``loss(params, batch: ReplayBatch, key) -> (loss, LossOutput)`` on sampled windows
+    of :class:`SequenceStep` s (see :func:`make_recurrent`): each window re-run from its stored
+    first carry by the online and the target network, the n-step double-Q Huber loss on the
+    ``sequence_length`` steps after the burn-in, the priority
     ``eta max_t |delta_t| + (1 - eta) mean_t |delta_t|``."""
-    net = recurrent_net(config, network)
-    burn_in, length = config.burn_in, config.sequence_length
-
-    def init(key, example_obs):
-        return init_params(config, network, key, example_obs)
-
-    def prepare(params, state, traj: Trajectory, mean_fn):
-        del params, state, mean_fn
-        return SequenceStep(
-            traj.obs,
-            traj.action,
-            traj.reward,
-            traj.terminated,
-            traj.truncated,
-            traj.bootstrap_obs,
-            traj.actor_state,
-        )
+    burn_in = config.burn_in
 
     def q_values(params, steps: SequenceStep, seqs: memory.Sequences):
         """``(q [b, K, A], q of every bootstrap_obs [b, K, A])`` on the trained steps: one
@@ -317,6 +295,39 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
         priority = eta * jnp.max(jnp.abs(td), axis=1) + (1.0 - eta) * jnp.mean(jnp.abs(td), 1)
         return total, LossOutput({"loss": total, "mean_q": jnp.mean(q_taken)}, priority)
 
+    return loss
+
+
+def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -> Agent:
+    """DQN with memory, after R2D2 (Kapturowski et al., 2019,
+    https://openreview.net/forum?id=r1lyTjAqYX): the replay keeps each environment's stream of
+    steps with the carry act was given (windows of ``burn_in + sequence_length`` steps starting
+    every ``period``, which may span rollouts: :class:`podracer.core.learner.replay.Replay`).
+    The loss (:func:`make_sequence_loss`) re-runs each sampled window from its stored first
+    carry: the first ``burn_in`` steps only warm the carry up (no gradient reaches them), for
+    the online and the target network alike; on the next ``sequence_length`` steps, the n-step
+    double-Q loss of :func:`make_agent`, its targets cut at episode ends and at the window's
+    end (:func:`podracer.core.learner.replay.n_step_targets`), each bootstrap observation
+    valued from the carry after its own step. A sequence's priority is
+    ``eta max_t |delta_t| + (1 - eta) mean_t |delta_t|``."""
+    net = recurrent_net(config, network)
+    length = config.sequence_length
+
+    def init(key, example_obs):
+        return init_params(config, network, key, example_obs)
+
+    def prepare(params, state, traj: Trajectory, mean_fn):
+        del params, state, mean_fn
+        return SequenceStep(
+            traj.obs,
+            traj.action,
+            traj.reward,
+            traj.terminated,
+            traj.truncated,
+            traj.bootstrap_obs,
+            traj.actor_state,
+        )
+
     def item(obs):
         carry = jax.eval_shape(lambda: net.initial(1))
         return SequenceStep(
@@ -340,7 +351,7 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
         init=init,
         act=epsilon_greedy_act(network, actions, net),
         prepare=prepare,
-        loss=loss,
+        loss=make_sequence_loss(config, net),
         initial_actor_state=net.initial,
         init_state=init_target,
         update_state=target_update(config),

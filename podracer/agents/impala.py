@@ -38,12 +38,12 @@ from podracer.agents.policy import (
     recurrent_net,
 )
 from podracer.agents.spec import AgentSpec, Space
-from podracer.util.validation import check_choice, check_positive, check_range
 from podracer.core import memory
 from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, vtrace
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
+from podracer.util.validation import check_choice, check_positive, check_range
 
 OPTIMIZERS = ("adam", "rmsprop")
 
@@ -119,16 +119,9 @@ class IMPALABatch(NamedTuple):
     sequences: memory.Sequences | tuple = ()  # with memory: first carries [B] and starts [B, T]
 
 
-def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
-    """IMPALA as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (a
-    categorical policy) or a bounded continuous one (a diagonal Gaussian, clipped to the
-    bounds: :func:`podracer.agents.policy.gaussian_head`); V-trace needs only the
-    log-probabilities."""
-    network = config.network(action_spec, "impala")
-    head = policy_head(action_spec, "impala")
-    init = config.init_network(network)
-    net = recurrent_net(config, network) if config.memory != "none" else None
-    act = make_act(network, head, net)
+def make_prepare(config: IMPALAConfig, head, net):
+    """IMPALA's ``prepare``: the trajectory as batch-major sequences ``[B, T]`` (with memory,
+    windows of ``sequence_window`` steps, each with the carry at its start)."""
 
     def prepare(params, agent_state, traj: Trajectory, mean_fn):
         del params, agent_state, mean_fn
@@ -145,6 +138,14 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
             return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
         window = config.window(*traj.reward.shape)
         return memory.windows(batch, window)._replace(sequences=memory.sequences(traj, window))
+
+    return prepare
+
+
+def make_outputs(network, net):
+    """``outputs(params, batch) -> (policy [B * T, ...], v_tm1 [B, T], v_t [B, T])``: the
+    policy and values along each sequence (re-run from each window's first carry with memory),
+    and the values of ``bootstrap_obs`` under a stop-gradient."""
 
     def outputs(params, batch: IMPALABatch):
         """``policy, v_tm1 [B, T]`` and the values of ``bootstrap_obs`` (under a
@@ -177,6 +178,14 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
             )
         )
         return policy, v_tm1, v_t
+
+    return outputs
+
+
+def make_loss(config: IMPALAConfig, head, outputs):
+    """IMPALA's ``loss(params, batch, key) -> (loss, metrics)``: the V-trace policy gradient,
+    ``baseline_cost`` times the value error to the V-trace targets, less ``entropy_cost`` times
+    the entropy."""
 
     def loss(params, batch: IMPALABatch, key):
         del key
@@ -223,11 +232,25 @@ def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
         }
         return total, metrics
 
+    return loss
+
+
+def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
+    """IMPALA as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (a
+    categorical policy) or a bounded continuous one (a diagonal Gaussian, clipped to the
+    bounds: :func:`podracer.agents.policy.gaussian_head`); V-trace needs only the
+    log-probabilities."""
+    network = config.network(action_spec, "impala")
+    head = policy_head(action_spec, "impala")
+    init = config.init_network(network)
+    net = recurrent_net(config, network) if config.memory != "none" else None
+    act = make_act(network, head, net)
+
     return Agent(
         init=init,
         act=act,
-        prepare=prepare,
-        loss=loss,
+        prepare=make_prepare(config, head, net),
+        loss=make_loss(config, head, make_outputs(network, net)),
         greedy=head.greedy,
         initial_actor_state=net.initial if net is not None else no_actor_state,
     )

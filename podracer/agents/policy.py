@@ -15,9 +15,8 @@ import numpy as np
 import optax
 
 from podracer.agents.spec import num_actions
-from podracer.errors import ConfigError
-from podracer.util.validation import check_choice, check_layer_sizes, check_positive
 from podracer.core import memory as memory_lib
+from podracer.errors import ConfigError
 from podracer.networks import (
     ACTIVATIONS,
     ILLEGAL,
@@ -36,6 +35,7 @@ from podracer.types import (
     DiscreteActionSpec,
     split_action_mask,
 )
+from podracer.util.validation import check_choice, check_layer_sizes, check_positive
 
 
 @dataclasses.dataclass(frozen=True)

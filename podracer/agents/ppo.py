@@ -32,12 +32,12 @@ from podracer.agents.policy import (
     recurrent_net,
 )
 from podracer.agents.spec import AgentSpec, Space
-from podracer.util.validation import check_positive, check_range
 from podracer.core import memory
 from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, gae
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
+from podracer.util.validation import check_positive, check_range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,20 +354,20 @@ SPEC = AgentSpec(
             "loop": {"envs": 64, "rollout_len": 64},
         },
         # Jumanji's Snake (jumanji:Snake-v1): the family "snake", jumanji:Snake-*, which must come
-        # before "jumanji" in podracer/loops/presets.py's FAMILIES (until it does, this preset is not
-        # applied: give its values as flags). Not the jumanji family's: the "grid" entry is
-        # Snake's, and the family's other games fail with this network. The grid [12, 12, 5]
-        # goes through the MinAtar CNN ([H, W, C]), as Jumanji's own Snake network is a small CNN
-        # over the grid (jumanji/training/networks/snake/actor_critic.py); the step count (0 to
-        # 4,000, unscaled: normalize_observations takes no dicts) goes through the 64-64 tanh
-        # MLP, where it saturates. A flat MLP over both learnt nothing: 6.1 fruits an episode
-        # against the random legal policy's 6.0 at 5e5 steps (relu 256-256; the default tanh
-        # 64-64 at 2e5: 1.1). lr 1e-3 and gamma 0.99 instead of Jumanji's A2C rates (3e-4, 0.997;
-        # jumanji/training/configs/env/snake.yaml): on a 6x6 Snake with a 200-step limit they
-        # gave 11.2 fruits after 6e4 steps against 5.1 (random: 3.6). 16 envs x 64 steps, 8
-        # minibatches. At 5e5 steps its stochastic policy eats 16.2 against the random legal
-        # policy's 6.1 (benchmarks/README.md, "JAX suites: learning"); its greedy one circles
-        # (with the mask it cannot die) and eats 2.5.
+        # before "jumanji" in podracer/loops/presets.py's FAMILIES (until it does, this preset is
+        # not applied: give its values as flags). Not the jumanji family's: the "grid" entry is
+        # Snake's, and the family's other games fail with this network. The grid [12, 12, 5] goes
+        # through the MinAtar CNN ([H, W, C]), as Jumanji's own Snake network is a small CNN over
+        # the grid (jumanji/training/networks/snake/actor_critic.py); the step count (0 to 4,000,
+        # unscaled: normalize_observations takes no dicts) goes through the 64-64 tanh MLP, where it
+        # saturates. A flat MLP over both learnt nothing: 6.1 fruits an episode against the random
+        # legal policy's 6.0 at 5e5 steps (relu 256-256; the default tanh 64-64 at 2e5: 1.1). lr
+        # 1e-3 and gamma 0.99 instead of Jumanji's A2C rates (3e-4, 0.997;
+        # jumanji/training/configs/env/snake.yaml): on a 6x6 Snake with a 200-step limit they gave
+        # 11.2 fruits after 6e4 steps against 5.1 (random: 3.6). 16 envs x 64 steps, 8 minibatches.
+        # At 5e5 steps its stochastic policy eats 16.2 against the random legal policy's 6.1
+        # (benchmarks/README.md, "JAX suites: learning"); its greedy one circles (with the mask it
+        # cannot die) and eats 2.5.
         "snake": {
             "agent": {
                 "lr": 1e-3,

@@ -44,9 +44,9 @@ from podracer.agents.policy import (
     select,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.util.validation import check_positive, check_range
 from podracer.core import memory
 from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
+from podracer.util.validation import check_positive, check_range
 
 
 @dataclasses.dataclass(frozen=True)

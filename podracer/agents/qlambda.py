@@ -28,10 +28,10 @@ from podracer.agents.policy import (
     recurrent_net,
 )
 from podracer.agents.spec import AgentSpec, Space, num_actions
-from podracer.util.validation import check_positive, check_range
 from podracer.core import memory
 from podracer.core.returns import bootstrap_values
 from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
+from podracer.util.validation import check_positive, check_range
 
 
 @dataclasses.dataclass(frozen=True)

@@ -147,58 +147,14 @@ def squashed_gaussian(low, high):
     return sample, log_prob, mode
 
 
-def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
-    """SAC as an :class:`~podracer.types.Agent` for a bounded continuous ``action_spec``."""
-    spec = check_bounded(action_spec, "sac")
-    shape = tuple(spec.shape)
-    size = action_size(spec)
-    low = jnp.asarray(np.broadcast_to(np.asarray(spec.low, np.float32), shape).reshape(size))
-    high = jnp.asarray(np.broadcast_to(np.asarray(spec.high, np.float32), shape).reshape(size))
-    actor = Actor(size, tuple(config.hidden_sizes), config.activation)
-    critic = TwinCritic(tuple(config.hidden_sizes), config.activation)
-    sample, _, mode = squashed_gaussian(low, high)
+def make_loss(config: SACConfig, actor: Actor, critic: TwinCritic, sample, size: int):
+    """SAC's ``loss(params, batch: ReplayBatch, key) -> (loss, LossOutput)``: the twin critics'
+    squared error to the soft n-step target (the target critics' smaller value less
+    ``alpha * log pi``), the actor's ``alpha * log pi - min Q`` through frozen critics, and the
+    temperature's loss towards the target entropy ``-target_entropy_scale * |A|``; the new
+    priority is ``|Q1 - target|``. ``sample(key, mean, log_std) -> (action, log_prob)`` is the
+    squashed Gaussian's."""
     target_entropy = -config.target_entropy_scale * float(size)
-
-    def init(key, example_obs):
-        actor_key, critic_key = jax.random.split(key)
-        obs = jax.tree.map(lambda x: x[None], example_obs)
-        return {
-            "actor": actor.init(actor_key, obs),
-            "critic": critic.init(critic_key, obs, jnp.zeros((1, size))),
-            "log_alpha": jnp.asarray(math.log(config.init_alpha), jnp.float32),
-        }
-
-    def init_state(key, params):
-        del key
-        return SACState(params["critic"])
-
-    def update_state(state: SACState, params, traj, mean_fn):
-        del mean_fn
-        # tau per gradient step, compounded over the update's steps
-        steps = max(1, round(config.replay_ratio * traj.reward.size))
-        rate = 1.0 - (1.0 - config.tau) ** steps
-        return SACState(
-            jax.tree.map(lambda t, p: t + rate * (p - t), state.target_critic, params["critic"])
-        )
-
-    def act(params, actor_state, obs, key):
-        mean, log_std = actor.apply(params["actor"], obs)
-        action, log_prob = sample(key, mean, log_std)
-        batch = mean.shape[0]
-        out = ActorOutput(
-            action.reshape(batch, *shape),
-            log_prob,
-            jnp.zeros((batch,), jnp.float32),
-            extras={"mean": mode(mean).reshape(batch, *shape)},
-        )
-        return actor_state, out
-
-    def greedy(out: ActorOutput):
-        return out.extras["mean"]
-
-    def prepare(params, state, traj: Trajectory, mean_fn):
-        del params, state, mean_fn
-        return n_step_items(traj, config.gamma, config.n_step)
 
     def loss(params, batch: ReplayBatch, key):
         items: NStepItem = batch.items
@@ -243,6 +199,60 @@ def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
         }
         return total, LossOutput(metrics, priority=jnp.abs(q1 - target))
 
+    return loss
+
+
+def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
+    """SAC as an :class:`~podracer.types.Agent` for a bounded continuous ``action_spec``."""
+    spec = check_bounded(action_spec, "sac")
+    shape = tuple(spec.shape)
+    size = action_size(spec)
+    low = jnp.asarray(np.broadcast_to(np.asarray(spec.low, np.float32), shape).reshape(size))
+    high = jnp.asarray(np.broadcast_to(np.asarray(spec.high, np.float32), shape).reshape(size))
+    actor = Actor(size, tuple(config.hidden_sizes), config.activation)
+    critic = TwinCritic(tuple(config.hidden_sizes), config.activation)
+    sample, _, mode = squashed_gaussian(low, high)
+    def init(key, example_obs):
+        actor_key, critic_key = jax.random.split(key)
+        obs = jax.tree.map(lambda x: x[None], example_obs)
+        return {
+            "actor": actor.init(actor_key, obs),
+            "critic": critic.init(critic_key, obs, jnp.zeros((1, size))),
+            "log_alpha": jnp.asarray(math.log(config.init_alpha), jnp.float32),
+        }
+
+    def init_state(key, params):
+        del key
+        return SACState(params["critic"])
+
+    def update_state(state: SACState, params, traj, mean_fn):
+        del mean_fn
+        # tau per gradient step, compounded over the update's steps
+        steps = max(1, round(config.replay_ratio * traj.reward.size))
+        rate = 1.0 - (1.0 - config.tau) ** steps
+        return SACState(
+            jax.tree.map(lambda t, p: t + rate * (p - t), state.target_critic, params["critic"])
+        )
+
+    def act(params, actor_state, obs, key):
+        mean, log_std = actor.apply(params["actor"], obs)
+        action, log_prob = sample(key, mean, log_std)
+        batch = mean.shape[0]
+        out = ActorOutput(
+            action.reshape(batch, *shape),
+            log_prob,
+            jnp.zeros((batch,), jnp.float32),
+            extras={"mean": mode(mean).reshape(batch, *shape)},
+        )
+        return actor_state, out
+
+    def greedy(out: ActorOutput):
+        return out.extras["mean"]
+
+    def prepare(params, state, traj: Trajectory, mean_fn):
+        del params, state, mean_fn
+        return n_step_items(traj, config.gamma, config.n_step)
+
     def item(obs):
         scalar = jax.ShapeDtypeStruct((), jnp.float32)
         action = jax.ShapeDtypeStruct(shape, jnp.float32)
@@ -254,7 +264,7 @@ def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
         init=init,
         act=act,
         prepare=prepare,
-        loss=loss,
+        loss=make_loss(config, actor, critic, sample, size),
         greedy=greedy,
         init_state=init_state,
         update_state=update_state,
@@ -284,8 +294,8 @@ SPEC = AgentSpec(
     presets={
         # Measured on gymnax:Pendulum-v1: -155 after 3e4 steps (seed 0).
         "classic_continuous": {"agent": {"hidden_sizes": (64, 64)}},
-        # Stock trading (podracer.trading.environment): 512 steps per update and 32 gradient steps of
-        # 256 on 128-128 networks, so that 1e6 steps train in minutes on a CPU. Measured on
+        # Stock trading (podracer.trading.environment): 512 steps per update and 32 gradient
+        # steps of 256 on 128-128 networks, so that 1e6 steps train in minutes on a CPU. Measured on
         # trading:synthetic with a planted signal: test-period Sharpe 4.6 against equal
         # weight's 1.7 after 1.5e5 steps, 3.1K steps/s on 2 CPU cores (docs/trading.md).
         "trading": {

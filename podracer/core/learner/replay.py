@@ -54,7 +54,7 @@ from podracer.core.learner.buffers import (
     stored,
     window_buffer,
 )
-from podracer.core.learner.skeleton import BodyState, BodyTools
+from podracer.core.learner.skeleton import BodyState, BodyTools, LearnerBody
 from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import Trajectory
 
@@ -231,113 +231,168 @@ def window_buffer_of(replay: Replay, envs_per_device: int, sample_batch_size: in
     )
 
 
-def replay_body(replay: Replay, envs_per_device: int = 0):
-    """The replay learner's body (a :data:`~podracer.core.learner.skeleton.LearnerBody`):
-    ``prepare``'s items into this device's buffer, then ``round(replay_ratio * steps)`` gradient steps on sampled
-    batches (see the module's docstring)."""
+class FilledBuffer(NamedTuple):
+    """One device's buffer once an update's items are in (:func:`fill_buffer`)."""
+
+    buffer: Any
+    """The buffer's functions (an item buffer, or a :class:`WindowBuffer`), sampling this
+    device's share of a gradient step's batch."""
+    state: Any
+    """Its state, the items added."""
+    held: jax.Array
+    """i32 []: the steps it holds (the ``buffer_items`` metric)."""
+    size: jax.Array
+    """i32 []: the samples it can draw from (items, or whole windows): the ``N`` of the
+    importance weights."""
+    ready: jax.Array
+    """bool []: every device's buffer holds ``learning_starts`` steps (and, for windows, one
+    whole window): until then no gradient step changes anything."""
+
+
+def samples_per_device(replay: Replay, num_devices: int) -> int:
+    """A gradient step's samples drawn by each of ``num_devices`` learner devices; a batch that
+    the devices cannot share equally is a :class:`ConfigValueError`."""
     config = replay.config
+    samples = replay.batch_size or config.batch_size
+    if samples % num_devices:
+        what = "sequences" if replay.window else "items"
+        raise ConfigValueError(
+            f"batch_size={config.batch_size} ({samples} {what} a gradient step) is not "
+            f"allowed on {num_devices} learner devices: the {what} must be a multiple of "
+            f"{num_devices}"
+        )
+    return samples // num_devices
+
+
+def fill_buffer(
+    replay: Replay,
+    envs_per_device: int,
+    per_device: int,
+    buffer_state,
+    items,
+    traj: Trajectory,
+    axis_name: str | None,
+) -> FilledBuffer:
+    """``prepare``'s ``items`` (checked against the declared item) added to this device's
+    ``buffer_state``: windows to each environment's stream, or independent items."""
+    config = replay.config
+    example_obs = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[2:], x.dtype), traj.obs)
+    if replay.window:
+        num_envs = traj.reward.shape[1]
+        if num_envs != envs_per_device:
+            raise ConfigValueError(
+                f"replay: the learner keeps {envs_per_device} environment streams per "
+                f"device but a trajectory brings {num_envs}: build it with "
+                f"make_learner(..., envs_per_device={num_envs}) (recipe.learner passes "
+                "the loop's)"
+            )
+        check_items(replay, items, example_obs, traj.reward.shape)
+        buffer = window_buffer_of(replay, envs_per_device, per_device)
+        buffer_state = buffer.add(buffer_state, items)
+        held = buffer.stored(buffer_state)
+        ready = (held >= config.learning_starts) & (buffer.windows(buffer_state) > 0)
+        size = buffer.windows(buffer_state)
+    else:
+        check_items(replay, items, example_obs, jax.tree.leaves(items)[0].shape[:1])
+        buffer = item_buffer_of(replay, per_device)
+        buffer_state = buffer.add(buffer_state, items)
+        held = size = stored(buffer_state)
+        ready = jnp.all(held >= config.learning_starts)
+    if axis_name is not None:
+        ready = jax.lax.pmin(ready.astype(jnp.int32), axis_name) > 0
+    return FilledBuffer(buffer, buffer_state, held, size, ready)
+
+
+def only_when(ready: jax.Array, new, old):
+    """``new`` where ``ready``, else ``old`` (leaf by leaf)."""
+    return jax.tree.map(lambda n, o: jnp.where(ready, n, o), new, old)
+
+
+def replay_step(
+    replay: Replay, tools: BodyTools, filled: FilledBuffer, per_device: int, agent_state
+) -> Callable:
+    """``step((params, opt_state, buffer_state), key) -> (carry, metrics)``: one gradient step
+    on a batch sampled from this device's buffer, with importance weights and new priorities
+    when prioritised; before the buffers are ready it changes nothing."""
+    config = replay.config
+    axis_name = tools.axis_name
+    buffer, ready = filled.buffer, filled.ready
+    device = 0 if axis_name is None else jax.lax.axis_index(axis_name)
+
+    def as_batch(sample):
+        experience, weights = sample
+        return ReplayBatch(experience, weights, agent_state)
+
+    def step(carry, key):
+        params, opt_state, buffer_state = carry
+        sample_key, loss_key = jax.random.split(jax.random.fold_in(key, device))
+        sample = buffer.sample(buffer_state, sample_key)
+        if config.prioritised:
+            weights = importance_weights(
+                sample.probabilities, filled.size, config.importance_exponent, axis_name
+            )
+        else:
+            weights = jnp.ones((per_device,), jnp.float32)
+        new_params, new_opt_state, out = tools.gradient_step(
+            params,
+            opt_state,
+            (sample.experience, weights),
+            loss_key,
+            steps_per_sample=max(1, replay.window),
+            as_batch=as_batch,
+        )
+        if "priority" in out.metrics:
+            raise ConfigError(
+                "the agent's loss returns metrics['priority']: return the samples' new "
+                "priorities as (loss, LossOutput(metrics, priority)) instead"
+            )
+        # Before the buffers hold learning_starts items the step changes nothing and its
+        # numbers (a loss on unfilled slots) mean nothing: they read 0.
+        metrics = {
+            name: jnp.where(ready, value, jnp.zeros_like(value))
+            for name, value in out.metrics.items()
+        }
+        params, opt_state = only_when(ready, (new_params, new_opt_state), (params, opt_state))
+        if config.prioritised:
+            if isinstance(out.priority, tuple):
+                raise ConfigError(
+                    "prioritised replay needs the agent's loss to return "
+                    "(loss, LossOutput(metrics, priority)) with a priority per sample"
+                )
+            new_priorities = jnp.abs(out.priority) + 1e-6
+            updated = buffer.set_priorities(buffer_state, sample.indices, new_priorities)
+            buffer_state = only_when(ready, updated, buffer_state)
+        return (params, opt_state, buffer_state), metrics
+
+    return step
+
+
+def replay_body(replay: Replay, envs_per_device: int = 0) -> LearnerBody:
+    """The replay learner's body (a :data:`~podracer.core.learner.skeleton.LearnerBody`):
+    ``prepare``'s items into this device's buffer (:func:`fill_buffer`), then
+    ``round(replay_ratio * steps)`` gradient steps on sampled batches (:func:`replay_step`; see
+    the module's docstring)."""
 
     def body(tools: BodyTools, state: BodyState, items, traj: Trajectory, key):
         axis_name = tools.axis_name
         num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
-        samples = replay.batch_size or config.batch_size
-        if samples % num_devices:
-            what = "sequences" if replay.window else "items"
-            raise ConfigValueError(
-                f"batch_size={config.batch_size} ({samples} {what} a gradient step) is not "
-                f"allowed on {num_devices} learner devices: the {what} must be a multiple of "
-                f"{num_devices}"
-            )
-        per_device = samples // num_devices
-        example_obs = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[2:], x.dtype), traj.obs)
-        if replay.window:
-            num_envs = traj.reward.shape[1]
-            if num_envs != envs_per_device:
-                raise ConfigValueError(
-                    f"replay: the learner keeps {envs_per_device} environment streams per "
-                    f"device but a trajectory brings {num_envs}: build it with "
-                    f"make_learner(..., envs_per_device={num_envs}) (recipe.learner passes "
-                    "the loop's)"
-                )
-            check_items(replay, items, example_obs, traj.reward.shape)
-            buffer = window_buffer_of(replay, envs_per_device, per_device)
-            buffer_state = buffer.add(state.replay, items)
-            held = buffer.stored(buffer_state)
-            ready = (held >= config.learning_starts) & (buffer.windows(buffer_state) > 0)
-            size = buffer.windows(buffer_state)
-        else:
-            check_items(replay, items, example_obs, jax.tree.leaves(items)[0].shape[:1])
-            buffer = item_buffer_of(replay, per_device)
-            buffer_state = buffer.add(state.replay, items)
-            held = size = stored(buffer_state)
-            ready = jnp.all(held >= config.learning_starts)
-        if axis_name is not None:
-            ready = jax.lax.pmin(ready.astype(jnp.int32), axis_name) > 0
-        num_steps = gradient_steps(config, traj.reward.size * num_devices)
-        device = 0 if axis_name is None else jax.lax.axis_index(axis_name)
-
-        def as_batch(sample):
-            experience, weights = sample
-            return ReplayBatch(experience, weights, state.agent_state)
-
-        def step(carry, key):
-            params, opt_state, buffer_state = carry
-            sample_key, loss_key = jax.random.split(jax.random.fold_in(key, device))
-            sample = buffer.sample(buffer_state, sample_key)
-            if config.prioritised:
-                weights = importance_weights(
-                    sample.probabilities, size, config.importance_exponent, axis_name
-                )
-            else:
-                weights = jnp.ones((per_device,), jnp.float32)
-            new_params, new_opt_state, out = tools.gradient_step(
-                params,
-                opt_state,
-                (sample.experience, weights),
-                loss_key,
-                steps_per_sample=max(1, replay.window),
-                as_batch=as_batch,
-            )
-            if "priority" in out.metrics:
-                raise ConfigError(
-                    "the agent's loss returns metrics['priority']: return the samples' new "
-                    "priorities as (loss, LossOutput(metrics, priority)) instead"
-                )
-            # Before the buffers hold learning_starts items the step changes nothing and its
-            # numbers (a loss on unfilled slots) mean nothing: they read 0.
-            metrics = {
-                name: jnp.where(ready, value, jnp.zeros_like(value))
-                for name, value in out.metrics.items()
-            }
-            params, opt_state = jax.tree.map(
-                lambda new, old: jnp.where(ready, new, old),
-                (new_params, new_opt_state),
-                (params, opt_state),
-            )
-            if config.prioritised:
-                if isinstance(out.priority, tuple):
-                    raise ConfigError(
-                        "prioritised replay needs the agent's loss to return "
-                        "(loss, LossOutput(metrics, priority)) with a priority per sample"
-                    )
-                new_priorities = jnp.abs(out.priority) + 1e-6
-                updated = buffer.set_priorities(buffer_state, sample.indices, new_priorities)
-                buffer_state = jax.tree.map(
-                    lambda new, old: jnp.where(ready, new, old), updated, buffer_state
-                )
-            return (params, opt_state, buffer_state), metrics
-
+        per_device = samples_per_device(replay, num_devices)
+        filled = fill_buffer(
+            replay, envs_per_device, per_device, state.replay, items, traj, axis_name
+        )
+        num_steps = gradient_steps(replay.config, traj.reward.size * num_devices)
+        step = replay_step(replay, tools, filled, per_device, state.agent_state)
         # A lax loop whatever the layout: the number of steps follows replay_ratio, and
         # straight-line code of that many steps would take minutes to compile.
         (params, opt_state, buffer_state), metrics = jax.lax.scan(
             step,
-            (state.params, state.opt_state, buffer_state),
+            (state.params, state.opt_state, filled.state),
             jax.random.split(key, num_steps),
         )
         metrics = {
             **metrics,
-            "replay_ready": ready.astype(jnp.float32),
-            "buffer_items": held.astype(jnp.float32),
+            "replay_ready": filled.ready.astype(jnp.float32),
+            "buffer_items": filled.held.astype(jnp.float32),
         }
         return state._replace(params=params, opt_state=opt_state, replay=buffer_state), metrics
 
