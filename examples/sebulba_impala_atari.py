@@ -17,6 +17,7 @@ import json
 import tyro
 
 from podracer.agents.impala import IMPALAConfig
+from podracer.envs import EnvOptions
 from podracer.loops.sebulba import SebulbaConfig, train
 from podracer.runs.logging import ConsoleProgress
 
@@ -46,7 +47,7 @@ def main(args: Args) -> None:
         seed=args.seed,
         total_timesteps=args.total_timesteps,
         progress=ConsoleProgress(args.total_timesteps),
-        env_options={"episodic_life": True, "reward_clip": True},
+        env_options=EnvOptions(params={"episodic_life": True, "reward_clip": True}),
     )
     print(json.dumps(result.summary))
 

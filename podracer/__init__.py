@@ -26,13 +26,14 @@ from podracer import loops
 from podracer.agents import AGENTS, AgentSpec, IMPALAConfig, PPOConfig, QLambdaConfig, Space
 from podracer.agents import get as get_agent
 from podracer.agents import register as register_agent
-from podracer.loops.anakin import AnakinConfig
 from podracer.core import gae, make_learner, make_rollout
 from podracer.core.returns import vtrace
 from podracer.envs import EnvOptions
 from podracer.envs import make as make_env
 from podracer.envs import register as register_env
+from podracer.envs.options import as_options
 from podracer.loops import Recipe, RunResult
+from podracer.loops.anakin import AnakinConfig
 from podracer.loops.sebulba import SebulbaConfig
 from podracer.types import (
     ActorOutput,
@@ -74,6 +75,7 @@ def train(env_id: str, agent_config: Any, loop_config: Any, **kwargs: Any) -> Ru
       ``state``, ``history`` (the per-update metrics) and ``events``; ``result.params`` are
       the final params as NumPy.
     """
+    kwargs["env_options"] = as_options(kwargs.get("env_options"))  # a mapping: its params
     return loops.train(loops.for_config(loop_config), env_id, agent_config, loop_config, **kwargs)
 
 

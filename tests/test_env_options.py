@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from podracer import agents, envs, loops
-from podracer.loops import anakin
-from podracer.envs import host as host_envs
 from podracer.agents import PPOConfig
-from podracer.errors import ConfigError
 from podracer.envs import EnvOptions
+from podracer.envs import host as host_envs
 from podracer.envs.factory import param_defaults, resolve
+from podracer.envs.options import as_options
+from podracer.errors import ConfigError
+from podracer.loops import anakin
 from podracer.loops.sebulba import SebulbaConfig
 from podracer.loops.sebulba.loop import env_factory, probe
 from podracer.types import ObservationSpec
@@ -225,7 +226,8 @@ def test_every_probe_builds_with_the_runs_options():
         env_options=POSITIONS,
     )
     assert recipe.env_spec.observation == two and recipe.env_options == POSITIONS
-    # the legacy mapping of a host environment's options is its params
+    # the legacy mapping of a host environment's options is its params, made EnvOptions at the
+    # edge (as_options); the loops take EnvOptions only
     recipe = loops.make_recipe(
         loops.get("sebulba"),
         "envpool:CartPole-v1",
@@ -233,11 +235,13 @@ def test_every_probe_builds_with_the_runs_options():
         PPOConfig(),
         SebulbaConfig(envs_per_actor=2),
         total_timesteps=1000,
-        env_options={"max_episode_steps": 20},
+        env_options=as_options({"max_episode_steps": 20}),
     )
     assert recipe.env_options == EnvOptions(params={"max_episode_steps": 20})
-    env = env_factory(recipe.env_id, SebulbaConfig(envs_per_actor=1), 0, {})(0)
+    env = env_factory(recipe.env_id, SebulbaConfig(envs_per_actor=1), 0, EnvOptions())(0)
     env.close()
+    with pytest.raises(TypeError, match=r"env_options=\{'max_episode_steps': 20\} is not allowed"):
+        env_factory("envpool:CartPole-v1", SebulbaConfig(), 0, {"max_episode_steps": 20})
 
 
 def test_envpool_time_limit_from_env_options():

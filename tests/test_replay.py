@@ -203,7 +203,7 @@ def test_sebulba_trains_dqn_with_the_learner_make_learner_built(monkeypatch, two
     from podracer.agents import dqn
     from podracer.agents import spec as agent_spec
     from podracer.loops.sebulba import SebulbaConfig
-    from podracer.loops.sebulba import loop as sebulba_train
+    from podracer.loops.sebulba import train as sebulba_train
 
     built, called = [], []
 
@@ -331,7 +331,7 @@ def test_a_dqn_tournament_carries_its_buffers_and_hyper_parameters(tmp_path):
 
     from podracer import runs
     from podracer.loops.anakin import AnakinConfig
-    from podracer.population.tournament import PopulationConfig
+    from podracer.population.ensemble import PopulationConfig
 
     spec = runs.RunSpec(
         arch="anakin",

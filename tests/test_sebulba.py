@@ -14,6 +14,7 @@ from flax import struct
 from podracer import agents, envs
 from podracer.agents import PPOConfig, build
 from podracer.core import RolloutState, make_rollout, reset_envs
+from podracer.envs import EnvOptions
 from podracer.envs.host.jax_env import JaxHostEnvironment
 from podracer.errors import ConfigError
 from podracer.loops import make_recipe
@@ -421,7 +422,7 @@ def test_atari_smoke_impala_breakout_two_actor_threads():
         seed=0,
         total_timesteps=3 * config.steps_per_update,
         devices=jax.devices()[:2],
-        env_options={"episodic_life": True, "reward_clip": True},
+        env_options=EnvOptions(params={"episodic_life": True, "reward_clip": True}),
     )
     assert result.summary["num_updates"] == 3
     assert np.isfinite(result.summary["params_checksum"])

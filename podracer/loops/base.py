@@ -84,7 +84,7 @@ class Members(NamedTuple):
 
 class Periodic(NamedTuple):
     """Work on all members together every ``interval`` updates, inside the compiled step
-    (a population's evaluation and tournament, :mod:`podracer.population.tournament`).
+    (a population's evaluation and tournament, :mod:`podracer.population.ensemble`).
 
     - ``init(keys [S]) -> state [S, ...]``: its part of the loop's state (``periodic``);
     - ``apply(state) -> (state, events)``: jittable, on the *global* state (every member, whatever

@@ -22,7 +22,7 @@ import jax
 import optax
 
 from podracer.agents.spec import AgentSpec
-from podracer.envs.options import EnvOptions, as_options
+from podracer.envs.options import EnvOptions
 from podracer.loops.layout import LearnerLayout, learner_layout
 from podracer.types import Agent, Environment, EnvSpec, HostEnvironment, Learner
 
@@ -40,9 +40,9 @@ class EnvFactory:
       probe builds one and closes it, each actor builds its own).
     """
 
-    def __init__(self, env_id: str, options: EnvOptions | dict[str, Any] | None = None):
+    def __init__(self, env_id: str, options: EnvOptions | None = None):
         self.env_id = env_id
-        self.options = as_options(options)
+        self.options = checked_options(options)
         self._env = None
         self._lock = threading.Lock()
 
@@ -68,13 +68,25 @@ class EnvFactory:
         return f"EnvFactory({self.env_id!r}, {self.options!r})"
 
 
-def as_factory(
-    env: str | EnvFactory, env_options: EnvOptions | dict[str, Any] | None = None
-) -> EnvFactory:
+def checked_options(options: EnvOptions | None) -> EnvOptions:
+    """``options``, or no option for None; anything else than an
+    :class:`~podracer.envs.EnvOptions` is refused (a mapping of parameters becomes one at the
+    edge, with :func:`podracer.envs.options.as_options`)."""
+    if options is None:
+        return EnvOptions()
+    if not isinstance(options, EnvOptions):
+        raise TypeError(
+            f"env_options={options!r} is not allowed: give an EnvOptions "
+            "(podracer.envs.options.as_options turns a mapping of parameters into one)"
+        )
+    return options
+
+
+def as_factory(env: str | EnvFactory, env_options: EnvOptions | None = None) -> EnvFactory:
     """``env`` as an :class:`EnvFactory`: a factory as it is (``env_options`` must then be
     None), an id with ``env_options``."""
     if isinstance(env, EnvFactory):
-        if env_options is not None and as_options(env_options) != env.options:
+        if env_options is not None and checked_options(env_options) != env.options:
             raise ValueError(
                 f"as_factory: env_options={env_options!r} differ from the factory's "
                 f"{env.options!r}: give one or the other"
@@ -169,10 +181,10 @@ def make_recipe(
     total_timesteps: int,
     seed: int = 0,
     devices: Sequence[jax.Device] | None = None,
-    env_options: EnvOptions | dict[str, Any] | None = None,
+    env_options: EnvOptions | None = None,
 ) -> Recipe:
     """The :class:`Recipe` of a run on ``loop`` (a :class:`~podracer.loops.Loop`): one
-    :class:`EnvFactory` of ``env_id`` and ``env_options`` (a mapping: their ``params``), which
+    :class:`EnvFactory` of ``env_id`` and ``env_options``, which
     the probe builds its environment with, as every environment of the run is built.
 
     Args:
@@ -186,8 +198,7 @@ def make_recipe(
         learning-rate schedules.
       seed: the run seed (for environments whose probe depends on it).
       devices: the learner's devices, for its layout (default: every device).
-      env_options: the environment's :class:`~podracer.envs.EnvOptions`, or a mapping of its
-        ``params``.
+      env_options: the environment's :class:`~podracer.envs.EnvOptions` (None: none).
 
     Returns:
       The :class:`Recipe`: the probed specs, the agent and optimizer, the update counts and

@@ -128,7 +128,7 @@ def build(
     devices: Sequence[jax.Device] | None = None,
     members: Callable[[Recipe], Members] | None = None,
     periodic: Callable[[Recipe], Periodic] | None = None,
-    env_options: EnvOptions | dict[str, Any] | None = None,
+    env_options: EnvOptions | None = None,
     **options: Any,
 ) -> System:
     """The recipe (:func:`make_recipe`) and the system of ``loop`` in one call.
@@ -152,8 +152,8 @@ def build(
       periodic: made from the recipe: work done inside the program every ``interval``
         updates (a population's evaluation and tournament).
       env_options: the environment's parameters and observation mask
-        (:class:`~podracer.envs.EnvOptions`, or a mapping of its ``params``), for the probe
-        and every environment the system builds.
+        (:class:`~podracer.envs.EnvOptions`; None: none), for the probe and every
+        environment the system builds.
       **options: the loop's own ``build`` keywords (Anakin: ``env_params``, a whole params
         pytree that replaces the environment's ``default_params`` in training).
 

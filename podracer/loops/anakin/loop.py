@@ -100,7 +100,7 @@ def build(
     *,
     total_timesteps: int,
     devices: Sequence[jax.Device] | None = None,
-    env_options: EnvOptions | dict[str, Any] | None = None,
+    env_options: EnvOptions | None = None,
 ) -> Anakin:
     """The Anakin system for an environment id (with ``env_options``) and a registered agent's
     config (:mod:`podracer.agents`).
@@ -111,8 +111,7 @@ def build(
       config: the loop's sizes.
       total_timesteps: environment steps per seed; sets the length of learning-rate schedules.
       devices: the mesh's devices (default: every device of every process).
-      env_options: the environment's :class:`~podracer.envs.EnvOptions` (or a mapping of its
-        ``params``).
+      env_options: the environment's :class:`~podracer.envs.EnvOptions` (None: none).
 
     Returns:
       The :class:`Anakin` system (:func:`make_anakin`).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -42,14 +42,14 @@ def env_factory(
     env_id: str | EnvFactory,
     config: SebulbaConfig,
     seed: int,
-    env_options: EnvOptions | dict[str, Any] | None = None,
+    env_options: EnvOptions | None = None,
     evaluation: bool = False,
     seed_offsets: Sequence[int] | None = None,
 ) -> Callable[[int], HostEnvironment]:
     """``make_env(actor_index)``: the host environments of one actor, built by the run's
     :class:`~podracer.loops.recipe.EnvFactory` (:meth:`~podracer.loops.recipe.EnvFactory.host`,
     :func:`podracer.envs.host.make`) with the run's ``env_options``
-    (:class:`~podracer.envs.EnvOptions`; a mapping is their ``params``: an envpool or gymnasium
+    (:class:`~podracer.envs.EnvOptions`; their ``params`` are an envpool or gymnasium
     environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields),
     ``config.envs_per_actor`` of them for each member, in async mode when
     ``config.async_batch_size`` is set; each actor of each member gets its own seed
@@ -65,8 +65,7 @@ def env_factory(
         holds the options: ``env_options`` is then None).
       config: the loop's config: ``envs_per_actor``, ``async_batch_size``, ``env_threads``.
       seed: the run seed; actor ``i`` seeds its environments from ``seed`` and ``i``.
-      env_options: the run's :class:`~podracer.envs.EnvOptions` (or a mapping of its
-        ``params``).
+      env_options: the run's :class:`~podracer.envs.EnvOptions` (None: none).
       evaluation: build the evaluator's environments.
       seed_offsets: the members' seed offsets (default: ``range(config.num_seeds)``).
 
