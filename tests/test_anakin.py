@@ -183,7 +183,7 @@ def test_unchecked_shard_map_gives_the_same_params(two_devices):
             for env_id in ("gymnax:CartPole-v1", "cartpole_unchecked")
         ]
     finally:
-        envs._REGISTRY.pop("cartpole_unchecked", None)
+        envs.factory._REGISTRY.pop("cartpole_unchecked", None)
     checked, unchecked = (jax.tree.leaves(r.state.learner.params) for r in results)
     for a, b in zip(checked, unchecked, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)

@@ -150,7 +150,7 @@ def as_on_two_cores(monkeypatch, prefix: str = "") -> None:
 def examples_forgotten(monkeypatch):
     """The docs' own environment and agent (examples/) imported for a command and forgotten
     after it, their registration too: other tests import and register them themselves."""
-    monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
+    monkeypatch.setattr(envs.factory, "_REGISTRY", dict(envs.factory._REGISTRY))
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:

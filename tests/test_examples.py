@@ -36,7 +36,7 @@ def load():
 
     yield load
     agents.AGENTS.pop("a2c", None)
-    envs._REGISTRY.pop("corridor", None)
+    envs.factory._REGISTRY.pop("corridor", None)
     for name in loaded:
         sys.modules.pop(name, None)
 

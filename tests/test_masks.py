@@ -203,7 +203,7 @@ def test_leaf_torsos_give_an_entry_its_own_torso():
 def masked_choice_registered():
     envs.register("masked_choice", MaskedChoice)
     yield "masked_choice"
-    envs._REGISTRY.pop("masked_choice", None)
+    envs.factory._REGISTRY.pop("masked_choice", None)
 
 
 @pytest.mark.slow

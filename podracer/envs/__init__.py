@@ -4,14 +4,14 @@ Ids: ``"catch"`` (the Podracer paper's demo), ``"gymnax:<name>"`` for every envi
 gymnax, discrete (``gymnax:CartPole-v1``, ``gymnax:Breakout-MinAtar``, ...) or continuous
 (``gymnax:Pendulum-v1``, ``gymnax:MountainCarContinuous-v0``, ...), ``"brax:<name>"`` for brax's
 environments (``brax:ant``, ``brax:halfcheetah``, ...; options in the id as a query string,
-``brax:ant?backend=positional&episode_length=100``, see :mod:`podracer.envs.jax.brax`; brax is an
-optional extra), ``"trading:synthetic"`` and ``"trading:PATH.csv"`` (a portfolio of
-stocks, :mod:`podracer.trading.environment`), the JAX suites' ``"<family>:<name>"`` (``playground:``,
+``brax:ant?backend=positional&episode_length=100``, see :mod:`podracer.envs.jax.brax`; brax is
+an optional extra), ``"trading:synthetic"`` and ``"trading:PATH.csv"`` (a portfolio of stocks,
+:mod:`podracer.trading.environment`), the JAX suites' ``"<family>:<name>"`` (``playground:``,
 ``craftax:``, ``jumanji:``, ``navix:``, ``xminigrid:``, ``popgym_arcade:``, ``pgx:``; each an
-optional extra, :data:`podracer.envs.suites.FAMILIES`), an id added with :func:`register`, and
-``"module:attribute"``: a user's environment class or factory, imported from ``sys.path`` or
-the current directory and called with the keyword arguments
-(``podracer train --env my_envs:make_env``).
+optional extra), an id added with :func:`register`, and ``"module:attribute"``: a user's
+environment class or factory, imported from ``sys.path`` or the current directory and called
+with the keyword arguments (``podracer train --env my_envs:make_env``). The families, and the
+adapter that makes each, are one table: :mod:`podracer.envs.registry`.
 
 A run's environment options (``--env-param``, ``--env-observe``: :class:`EnvOptions`) are
 applied by :func:`make_with_options`, the one factory every loop builds its JAX environments

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from podracer.envs.jax import brax as brax_envs
+from podracer.envs import registry
 from podracer.envs.jax.brax import BRAX_IDS
-from podracer.envs.jax.catch import Catch
-from podracer.envs.jax.gymnax import CONTINUOUS_IDS, DISCRETE_IDS, GymnaxEnvironment
+from podracer.envs.jax.gymnax import CONTINUOUS_IDS, DISCRETE_IDS
 from podracer.envs.options import (
     PARAM_FLAG,
     EnvOptions,
@@ -24,10 +22,8 @@ from podracer.envs.options import (
     replace_params,
     typed_params,
 )
-from podracer.envs.suites import FAMILIES
 from podracer.envs.wrappers import ObservationMask, WithParams
 from podracer.errors import ConfigError, ConfigValueError
-from podracer.trading import environment as trading
 from podracer.util.imports import load_attribute
 
 KNOWN_IDS: tuple[str, ...] = (
@@ -38,8 +34,8 @@ KNOWN_IDS: tuple[str, ...] = (
     "trading:synthetic",
 )
 
-RESERVED_PREFIXES = ("gymnax:", "brax:", "trading:", "envpool:", "gymnasium:", *FAMILIES)
-"""Id prefixes of the built-in families (JAX and host); any other ``a:b`` is a module path."""
+"""Ids of the built-in families that :func:`make` builds as they are (a family may take more:
+``trading:PATH.csv``, the suites' names, brax's options in a query string)."""
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
@@ -55,7 +51,7 @@ def register(env_id: str, factory: Callable[..., Any]) -> None:
     Raises:
       ValueError: the id is built in or already registered.
     """
-    if env_id in KNOWN_IDS or env_id.startswith(RESERVED_PREFIXES):
+    if env_id in KNOWN_IDS or registry.family_of(env_id) is not None:
         raise ValueError(f"register: {env_id!r} is a built-in id; choose another name")
     if env_id in _REGISTRY:
         raise ValueError(f"register: {env_id!r} is already registered")
@@ -63,12 +59,13 @@ def register(env_id: str, factory: Callable[..., Any]) -> None:
 
 
 def make(env_id: str, **kwargs):
-    """Builds the environment ``env_id`` (see :data:`KNOWN_IDS` and :func:`register`).
+    """Builds the environment ``env_id``: a registered id (:func:`register`), an id of a family
+    (:mod:`podracer.envs.registry`: its row's JAX maker builds it), or a ``module:attribute``.
 
     Args:
       env_id: ``"catch"``, ``"gymnax:<name>"``, ``"brax:<name>"`` (options as a query string),
-        ``"trading:synthetic"``, ``"trading:PATH.csv"``, a registered id, or
-        ``"module:attribute"`` (a class or factory of your own).
+        ``"trading:synthetic"``, ``"trading:PATH.csv"``, a JAX suite's ``"<family>:<name>"``, a
+        registered id, or ``"module:attribute"`` (a class or factory of your own).
       **kwargs: the constructor's keyword arguments (``envs.make("catch", rows=5)``).
 
     Returns:
@@ -81,18 +78,16 @@ def make(env_id: str, **kwargs):
     """
     if env_id in _REGISTRY:
         return _REGISTRY[env_id](**kwargs)
-    if env_id == "catch":
-        return Catch(**kwargs)
-    if env_id.startswith("gymnax:") and env_id in KNOWN_IDS:
-        return GymnaxEnvironment(env_id.removeprefix("gymnax:"), **kwargs)
-    if env_id.startswith("brax:"):
-        return brax_envs.make(env_id, **kwargs)
-    if env_id.startswith("trading:"):
-        return trading.make(env_id, **kwargs)
-    family = next((prefix for prefix in FAMILIES if env_id.startswith(prefix)), None)
-    if family is not None:  # a suite's adapter, imported only now (its library is an extra)
-        return importlib.import_module(FAMILIES[family][0]).make(env_id, **kwargs)
-    if ":" in env_id and not env_id.startswith(RESERVED_PREFIXES):
+    family = registry.family_of(env_id)
+    if family is not None and family.jax:  # its adapter, imported only now (maybe an extra's)
+        return registry.load(family.jax)(env_id, **kwargs)
+    if family is not None:
+        raise ConfigValueError(
+            f"environment id {env_id!r} is a host environment (stepped by Python threads, not "
+            "compiled into the program): run it with --arch sebulba, or choose a JAX "
+            f"environment: {', '.join(KNOWN_IDS[:6])}, ..."
+        )
+    if ":" in env_id:
         factory = load_attribute(env_id, "environment id")
         if not callable(factory):
             raise ConfigValueError(
@@ -112,19 +107,12 @@ def make(env_id: str, **kwargs):
                 "(docs/environments.md)"
             )
         return env
-    if env_id.startswith(("envpool:", "gymnasium:")):
-        raise ConfigValueError(
-            f"environment id {env_id!r} is a host environment (stepped by Python threads, not "
-            "compiled into the program): run it with --arch sebulba, or choose a JAX "
-            f"environment: {', '.join(KNOWN_IDS[:6])}, ..."
-        )
     known = (*KNOWN_IDS, *_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigValueError(
         f"unknown environment id {env_id!r}.{hint} Known ids: {', '.join(known)}"
     )
-
 
 
 def with_options(env: Any, options: EnvOptions, env_id: str | None = None) -> Any:
@@ -176,15 +164,11 @@ def make_with_options(
 
 def param_defaults(env_id: str) -> dict[str, Any]:
     """Every parameter ``--env-param`` can name for ``env_id`` and its default: a host
-    environment's ``make`` keyword arguments, a JAX environment's ``default_params`` fields."""
-    if env_id.startswith("envpool:"):
-        from podracer.envs.host import envpool
-
-        return envpool.option_defaults(env_id)
-    if env_id.startswith("gymnasium:"):
-        from podracer.envs.host import gymnasium
-
-        return gymnasium.option_defaults(env_id)
+    environment's ``make`` keyword arguments (its family's ``host_options``,
+    :mod:`podracer.envs.registry`), a JAX environment's ``default_params`` fields."""
+    family = registry.family_of(env_id)
+    if family is not None and family.host_options:
+        return registry.load(family.host_options)(env_id)
     return param_fields(make(env_id).default_params)
 
 

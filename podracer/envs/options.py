@@ -32,7 +32,6 @@ from podracer.errors import ConfigError
 
 PARAM_FLAG = "--env-param"
 OBSERVE_FLAG = "--env-observe"
-HOST_PREFIXES = ("envpool:", "gymnasium:")
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}  # by type
 
 

@@ -1,10 +1,11 @@
-"""What the adapters of the JAX environment suites share (:data:`FAMILIES`): the optional
+"""What the adapters of the JAX environment suites share: the optional
 library's import with a one-line error naming its extra, unknown names with the closest known
 one, same-step auto-reset over pytrees, and observation specs of pytrees.
 
-An adapter (``podracer/envs/<family>.py``) has a ``make(env_id, **kwargs)`` that returns a
-:class:`~podracer.types.Environment`; :func:`podracer.envs.make` imports it only when an id of its
-family is made, so none of the suites is needed to import podracer.
+An adapter (``podracer/envs/jax/<family>.py``) has a ``make(env_id, **kwargs)`` that returns a
+:class:`~podracer.types.Environment`, named by its family's row of :mod:`podracer.envs.registry`;
+:func:`podracer.envs.make` imports it only when an id of its family is made, so none of the
+suites is needed to import podracer.
 """
 
 from __future__ import annotations
@@ -17,25 +18,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from podracer.envs import registry
 from podracer.errors import ConfigValueError
 from podracer.types import ObservationSpec
 
-FAMILIES: dict[str, tuple[str, str]] = {
-    "playground:": ("podracer.envs.jax.playground", "playground"),
-    "craftax:": ("podracer.envs.jax.craftax", "craftax"),
-    "jumanji:": ("podracer.envs.jax.jumanji", "jumanji"),
-    "navix:": ("podracer.envs.jax.navix", "navix"),
-    "xminigrid:": ("podracer.envs.jax.xminigrid", "xminigrid"),
-    "popgym_arcade:": ("podracer.envs.jax.popgym_arcade", "popgym_arcade"),
-    "pgx:": ("podracer.envs.jax.pgx", "pgx"),
-}
-"""The suites' id prefixes, each with its adapter module and the name of its optional extra
-(``pip install 'podracer[<extra>]'``, or ``podracer[envs]`` for all of them)."""
 
-
-def require(library: str, env_id: str, extra: str) -> Any:
+def require(library: str, env_id: str) -> Any:
     """``import library``, or a :class:`ConfigValueError` that names the id, the library and the
-    extra that installs it."""
+    extra that installs it (the ``extra`` of the id's family, :mod:`podracer.envs.registry`)."""
+    extra = registry.extra_of(env_id) or library.split(".")[0]
     try:
         return importlib.import_module(library)
     except ImportError as error:

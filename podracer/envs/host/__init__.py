@@ -1,7 +1,8 @@
 """Host environments for Sebulba: NumPy in, NumPy out, stepped by Python actor threads.
 
 Every one implements :class:`podracer.types.HostEnvironment` (sync or async, said by
-``is_async``), and :func:`make` builds one by id:
+``is_async``), and :func:`make` builds one by id, with the host maker of the id's family
+(:mod:`podracer.envs.registry`) or, for a family that has none, as a JAX environment on the host:
 
 - ``envpool:<task>`` — :class:`~podracer.envs.host.envpool.EnvpoolEnvironment` (sync and async
   modes, Atari options, MuJoCo and continuous classic control);
@@ -26,12 +27,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from podracer.errors import ConfigValueError
-from podracer.envs.options import EnvOptions
+from podracer.envs import registry
+from podracer.envs.factory import make_with_options, param_defaults
 from podracer.envs.host.envpool import AtariOptions, EnvpoolEnvironment
+from podracer.envs.host.jax_env import JaxHostEnvironment
+from podracer.envs.options import EnvOptions, as_options, typed_params
+from podracer.errors import ConfigValueError
 from podracer.types import HostEnvironment
-
-PREFIXES = ("envpool:", "gymnasium:")
 
 
 def make(
@@ -76,35 +78,22 @@ def make(
       ConfigValueError: async mode for a kind that has none, or options a JAX environment
         does not take.
     """
-    from podracer.envs.factory import param_defaults
-    from podracer.envs.options import as_options, typed_params
-
     env_options = as_options(env_options)
-    if env_id.startswith(PREFIXES) and env_options.params:
-        options = {
-            **options,
-            **typed_params(env_id, env_options.param_dict, param_defaults(env_id)),
-        }
-    if env_id.startswith("envpool:"):
-        from podracer.envs.host import envpool
-
-        env = envpool.make(env_id, num_envs=num_envs, batch_size=batch_size, **options)
+    family = registry.family_of(env_id)
+    if family is not None and family.host:
+        if env_options.params:
+            params = typed_params(env_id, env_options.param_dict, param_defaults(env_id))
+            options = {**options, **params}
+        if family.host_async:
+            options["batch_size"] = batch_size
+        else:
+            _check_sync(env_id, num_envs, batch_size)
+            options.pop("num_threads", None)  # an async kind's; the others step on one thread
+        env = registry.load(family.host)(env_id, num_envs=num_envs, **options)
         return _observed(env, env_options)
-    if batch_size is not None and batch_size != num_envs:
-        raise ConfigValueError(
-            f"async mode (batch_size={batch_size} < num_envs={num_envs}) needs an envpool "
-            f"environment, not {env_id!r}"
-        )
+    _check_sync(env_id, num_envs, batch_size)
     seed = options.pop("seed", 0)
-    options.pop("num_threads", None)  # envpool's; the other kinds step on the actor's thread
-    if env_id.startswith("gymnasium:"):
-        from podracer.envs.host import gymnasium
-
-        env = gymnasium.make(env_id, num_envs=num_envs, seed=seed, **options)
-        return _observed(env, env_options)
-    from podracer.envs.factory import make_with_options
-    from podracer.envs.host.jax_env import JaxHostEnvironment
-
+    options.pop("num_threads", None)
     if options:
         raise ConfigValueError(
             f"environment options {sorted(options)} are not allowed for {env_id!r}: they apply "
@@ -113,6 +102,15 @@ def make(
         )
     env = make_with_options(env_id, env_options)
     return JaxHostEnvironment(env, num_envs, seed=seed, evaluation=evaluation)
+
+
+def _check_sync(env_id: str, num_envs: int, batch_size: int | None) -> None:
+    """A :class:`ConfigValueError` for async mode asked of a kind that has none."""
+    if batch_size is not None and batch_size != num_envs:
+        raise ConfigValueError(
+            f"async mode (batch_size={batch_size} < num_envs={num_envs}) needs an envpool "
+            f"environment, not {env_id!r}"
+        )
 
 
 def _observed(env: HostEnvironment, env_options: EnvOptions) -> HostEnvironment:
@@ -128,4 +126,4 @@ def _observed(env: HostEnvironment, env_options: EnvOptions) -> HostEnvironment:
         raise
 
 
-__all__ = ["PREFIXES", "AtariOptions", "EnvpoolEnvironment", "make"]
+__all__ = ["AtariOptions", "EnvpoolEnvironment", "make"]

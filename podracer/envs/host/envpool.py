@@ -89,9 +89,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from podracer.errors import ConfigError, ConfigValueError
-from podracer.util.validation import check_positive, check_range
 from podracer.envs.host.checks import continuous_actions, discrete_actions
+from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import (
     BoundedActionSpec,
     DiscreteActionSpec,
@@ -99,6 +98,7 @@ from podracer.types import (
     ObservationSpec,
     TimeStep,
 )
+from podracer.util.validation import check_positive, check_range
 
 PREFIX = "envpool:"
 STICKY_ACTION_PROBABILITY = 0.25  # Machado et al. (2018)

@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from podracer.errors import ConfigError, ConfigValueError
 from podracer.envs.host.checks import continuous_actions, discrete_actions
+from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import (
     BoundedActionSpec,
     DiscreteActionSpec,

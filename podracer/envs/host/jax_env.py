@@ -15,8 +15,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from podracer.envs.wrappers import EpisodeStatistics
 from podracer.envs.host.checks import continuous_actions, discrete_actions
+from podracer.envs.wrappers import EpisodeStatistics
 from podracer.types import DiscreteActionSpec, TimeStep, step_batch
 
 

@@ -96,3 +96,9 @@ class Catch:
 
     def __repr__(self) -> str:
         return f"Catch(rows={self._params.rows}, columns={self._params.columns})"
+
+
+def make(env_id: str, **kwargs) -> Catch:
+    """The ``catch`` id's environment: ``Catch(**kwargs)`` (``rows``, ``columns``)."""
+    del env_id
+    return Catch(**kwargs)

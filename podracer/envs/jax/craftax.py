@@ -49,8 +49,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.errors import ConfigValueError
 from podracer.envs import suites
+from podracer.errors import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
 
 PREFIX = "craftax:"
@@ -74,7 +74,7 @@ def make(env_id: str, **kwargs: Any) -> CraftaxEnvironment:
     """``craftax:<name>``, with fields of its ``EnvParams`` as keyword arguments."""
     name = env_id.removeprefix(PREFIX)
     suites.check_name(env_id, name, KNOWN, PREFIX)
-    craftax_env = suites.require("craftax.craftax_env", env_id, extra="craftax")
+    craftax_env = suites.require("craftax.craftax_env", env_id)
     env = craftax_env.make_craftax_env_from_name(name, auto_reset=False)
     params = env.default_params
     fields = {field.name for field in dataclasses.fields(params)}

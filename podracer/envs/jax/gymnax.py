@@ -21,8 +21,11 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from podracer.envs.suites import check_name
 from podracer.errors import ConfigValueError
 from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec, TimeStep
+
+PREFIX = "gymnax:"
 
 # Every discrete-action environment of gymnax's registry. MNISTBandit-bsuite is left out: it
 # downloads the MNIST data set when it is built, which a run on a cluster node cannot rely on.
@@ -59,6 +62,14 @@ CONTINUOUS_IDS: tuple[str, ...] = (
 )
 
 
+def make(env_id: str, **kwargs: Any) -> GymnaxEnvironment:
+    """``gymnax:<name>`` with gymnax's keyword arguments for ``gymnax.make``; a name not in
+    :data:`DISCRETE_IDS` or :data:`CONTINUOUS_IDS` is an error with the closest one."""
+    name = env_id.removeprefix(PREFIX)
+    check_name(env_id, name, (*DISCRETE_IDS, *CONTINUOUS_IDS), PREFIX)
+    return GymnaxEnvironment(name, **kwargs)
+
+
 class GymnaxEnvironment:
     """A gymnax environment (discrete or continuous actions), auto-resetting, with ``final_obs``
     kept."""
@@ -71,7 +82,7 @@ class GymnaxEnvironment:
                 f"gymnax environment {name!r} is not supported: podracer's gymnax adapter takes "
                 f"{', '.join((*DISCRETE_IDS, *CONTINUOUS_IDS))}"
             )
-        self.id = f"gymnax:{name}"
+        self.id = f"{PREFIX}{name}"
         self._env, self._default_params = gymnax.make(name, **env_kwargs)
         self._set_specs()
 

@@ -55,10 +55,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.errors import ConfigValueError
 from podracer.envs import suites
-from podracer.util.ops import vary_as
+from podracer.errors import ConfigValueError
 from podracer.types import ACTION_MASK, DiscreteActionSpec, ObservationSpec, TimeStep
+from podracer.util.ops import vary_as
 
 PREFIX = "jumanji:"
 
@@ -90,7 +90,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> JumanjiEnvironment:
     """``jumanji:<name>`` with Jumanji's keyword arguments (``time_limit``, ...)."""
-    jumanji = suites.require("jumanji", env_id, extra="jumanji")
+    jumanji = suites.require("jumanji", env_id)
     name = env_id.removeprefix(PREFIX)
     suites.check_name(env_id, name, names(), PREFIX)
     return JumanjiEnvironment(env_id, jumanji.make(name, **kwargs))

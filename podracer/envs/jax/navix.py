@@ -106,7 +106,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> NavixEnvironment:
     """``navix:<name>`` with NAVIX's keyword arguments (``max_steps``, ``observation_fn``, ...)."""
-    navix = suites.require("navix", env_id, extra="navix")
+    navix = suites.require("navix", env_id)
     name = env_id.removeprefix(PREFIX)
     suites.check_name(env_id, name, names(), PREFIX)
     return NavixEnvironment(env_id, navix.make(name, **kwargs))

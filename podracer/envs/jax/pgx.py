@@ -50,10 +50,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.errors import ConfigValueError
 from podracer.envs import suites
-from podracer.util.ops import vary_as
+from podracer.errors import ConfigValueError
 from podracer.types import ACTION_MASK, DiscreteActionSpec, TimeStep
+from podracer.util.ops import vary_as
 
 PREFIX = "pgx:"
 
@@ -79,7 +79,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> PgxEnvironment:
     """``pgx:<name>`` with the game's keyword arguments and ``max_episode_steps``."""
-    pgx = suites.require("pgx", env_id, extra="pgx")
+    pgx = suites.require("pgx", env_id)
     name = env_id.removeprefix(PREFIX)
     suites.check_name(env_id, name, names(), PREFIX)
     max_episode_steps = kwargs.pop("max_episode_steps", None)

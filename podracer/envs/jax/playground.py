@@ -75,8 +75,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from podracer.errors import ConfigValueError
 from podracer.envs import suites
+from podracer.errors import ConfigValueError
 from podracer.types import BoundedActionSpec, TimeStep
 
 PREFIX = "playground:"
@@ -127,7 +127,7 @@ def names() -> tuple[str, ...]:
 def make(env_id: str, **kwargs: Any) -> PlaygroundEnvironment:
     """``playground:<name>`` with the options of the module docstring (``episode_length``,
     ``action_repeat``, ``config_overrides``, ``impl``, ``observation_key``)."""
-    suites.require("mujoco_playground", env_id, extra="playground")
+    suites.require("mujoco_playground", env_id)
     name = env_id.removeprefix(PREFIX)
     suites.check_name(env_id, name, names(), PREFIX)
     return PlaygroundEnvironment(env_id, **kwargs)

@@ -65,10 +65,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.errors import ConfigValueError
 from podracer.envs import suites
-from podracer.util.ops import vary_as
+from podracer.errors import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+from podracer.util.ops import vary_as
 
 PREFIX = "popgym_arcade:"
 
@@ -101,7 +101,7 @@ OBS_SIZES = (128, 256)
 def _require(env_id: str) -> Any:
     """``import popgym_arcade``, or the one-line error that says how it is installed."""
     try:
-        return suites.require("popgym_arcade", env_id, extra="popgym_arcade")
+        return suites.require("popgym_arcade", env_id)
     except ConfigValueError as error:
         raise ConfigValueError(
             f"environment id {env_id!r} needs the popgym_arcade library, which is not "

@@ -51,8 +51,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.errors import ConfigValueError
 from podracer.envs import suites
+from podracer.errors import ConfigValueError
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
 
 PREFIX = "xminigrid:"
@@ -118,7 +118,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> XMiniGridEnvironment:
     """``xminigrid:<name>``, with fields of its ``EnvParams`` as keyword arguments."""
-    xminigrid = suites.require("xminigrid", env_id, extra="xminigrid")
+    xminigrid = suites.require("xminigrid", env_id)
     name = env_id.removeprefix(PREFIX)
     suites.check_name(env_id, name, names(), PREFIX)
     env, params = xminigrid.make(name)
