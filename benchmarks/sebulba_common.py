@@ -184,7 +184,6 @@ def bench(
     system = loops.build(
         sebulba.LOOP,
         env_id,
-        agents.spec_of(agent_config),
         agent_config,
         config,
         total_timesteps=total_steps,

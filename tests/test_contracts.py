@@ -236,7 +236,7 @@ def test_agent_state_kept_per_device(two_devices):
     """``state_per_device``: each device keeps its own slot (a replay buffer's shard): here the
     samples it has seen and the sum of the rewards of its last batch."""
     from podracer import loops
-    from podracer.loops.anakin import LOOP, AnakinConfig, make_anakin
+    from podracer.loops.anakin import LOOP, AnakinConfig, build_system
 
     base = counting_agent()
 
@@ -298,7 +298,7 @@ def test_agent_state_kept_per_device(two_devices):
         total_timesteps=3 * 32,
         devices=two_devices,
     )
-    system = make_anakin(recipe._replace(agent=agent), config, devices=two_devices)
+    system = build_system(recipe._replace(agent=agent), config, devices=two_devices)
     result = system.run(None, seed=0)
     seen = np.asarray(result.state.learner.agent_state["seen"])
     np.testing.assert_array_equal(seen, [[48, 48], [48, 48]])  # [members, devices]

@@ -52,9 +52,7 @@ def test_use_cpu_cores_leaves_a_started_jax_and_the_users_flag_alone(monkeypatch
 def _build(config, num_seeds, devices=None):
     config = AnakinConfig(**{**vars(SMALL), **config, "num_seeds": num_seeds})
     total = SMALL.steps_per_update * 2
-    return loops.build(
-        "anakin", ENV, agents.spec_of(AGENT), AGENT, config, total_timesteps=total, devices=devices
-    )
+    return loops.build("anakin", ENV, AGENT, config, total_timesteps=total, devices=devices)
 
 
 def _run(config, num_seeds, devices=None):
@@ -113,7 +111,7 @@ def test_one_member_splits_its_environments_over_the_cores_when_its_batch_is_lar
     # An agent with a buffer on each device keeps one: splitting would change its batches.
     dqn = agents.DQNConfig(learning_starts=64)
     config = AnakinConfig(num_envs=32, rollout_len=128)
-    system = loops.build("anakin", ENV, agents.spec_of(dqn), dqn, config, total_timesteps=8192)
+    system = loops.build("anakin", ENV, dqn, config, total_timesteps=8192)
     assert system.mesh.devices.size == 1
     # A placement the config gives is kept.
     system = _build({"member_shards": 2}, 2)

@@ -56,7 +56,6 @@ def test_memory_length_changes_memory_chain_in_anakin():
         system = loops.build(
             "anakin",
             MEMORY,
-            PPO,
             PPOConfig(),
             anakin.AnakinConfig(num_envs=2, rollout_len=8),
             total_timesteps=16,

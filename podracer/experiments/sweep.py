@@ -104,9 +104,9 @@ def sweep_system(
     return loops.build(
         loop,
         env_id,
-        agent_spec,
         agent_config,
         loop.with_members(config, grid.num_members),
+        agent_spec=agent_spec,
         total_timesteps=total_timesteps,
         seed=seed,
         devices=devices,

@@ -7,7 +7,7 @@ command line only ever do this::
     loop = loops.get(name)
     recipe = make_recipe(loop, env_id, agent_spec, agent_config, loop_config,
                          env_options=..., ...)                                # once
-    system = loop.build(recipe, loop_config, devices=..., members=..., periodic=...)
+    system = loop.build_system(recipe, loop_config, devices=..., members=..., periodic=...)
     state = system.init(seed)                  # or a checkpoint restored into it
     result = system.run(state, seed=..., start_update=..., hooks=..., progress=...)
     evaluate = system.evaluator(seed=..., episodes=..., greedy=...)

@@ -108,7 +108,7 @@ class Periodic(NamedTuple):
 
 
 class System(Protocol):
-    """A loop's built system: what :class:`Loop.build` returns."""
+    """A loop's built system: what :class:`Loop.build_system` returns."""
 
     recipe: Recipe
     config: Any
@@ -150,7 +150,7 @@ class Loop(NamedTuple):
       :class:`~podracer.loops.recipe.EnvFactory` (id and options) builds, as the loop's systems
       build theirs (an unknown id or option fails);
     - ``steps_per_update(config)``: environment steps per update and member, every process;
-    - ``build(recipe, config, *, devices, members, periodic) -> System``;
+    - ``build_system(recipe, config, *, devices, members, periodic) -> System``;
     - ``members_in_one_program``: sweeps and populations run their members as one program
       (Anakin's and Sebulba's ``num_seeds``); otherwise a sweep runs them in turn and a
       population is refused;
@@ -174,7 +174,7 @@ class Loop(NamedTuple):
     default_env: Callable[[Any], str]
     probe: Callable[[EnvFactory, Any, int], EnvSpec]
     steps_per_update: Callable[[Any], int]
-    build: Callable[..., System]
+    build_system: Callable[..., System]
     members_in_one_program: bool = False
     with_members: Callable[[Any, int], Any] | None = None
     place_members: Callable[..., tuple[Any, Sequence[jax.Device] | None]] | None = None

@@ -3,8 +3,9 @@
 :func:`get` finds a loop by name (``anakin``, ``sebulba``, or one added with :func:`register`;
 a built-in one is imported on first use); :func:`loop_values` and :func:`sizes_of` translate
 the loop-neutral sizes (:data:`~podracer.loops.base.SIZES`) into a loop's config fields.
-:func:`build` makes the recipe and the loop's system in one call; :func:`train` builds and runs
-it.
+:func:`build` makes the recipe and the loop's system (its :attr:`Loop.build_system`) in one call;
+:func:`train` builds and runs it. A loop module's ``build`` and ``train`` are these with its
+:class:`Loop` given (``functools.partial``).
 """
 
 from __future__ import annotations
@@ -119,11 +120,11 @@ def get(name: str) -> Loop:
 def build(
     loop: Loop | str,
     env_id: str,
-    agent_spec,
     agent_config: Any,
     config: Any,
     *,
     total_timesteps: int,
+    agent_spec=None,
     seed: int = 0,
     devices: Sequence[jax.Device] | None = None,
     members: Callable[[Recipe], Members] | None = None,
@@ -140,11 +141,12 @@ def build(
     Args:
       loop: a :class:`Loop` or its registered name.
       env_id: the environment id.
-      agent_spec: the agent's :class:`~podracer.agents.AgentSpec`.
-      agent_config: that agent's config.
+      agent_config: the agent's config.
       config: the loop's config (:class:`~podracer.loops.anakin.AnakinConfig`,
         :class:`~podracer.loops.sebulba.SebulbaConfig`).
       total_timesteps: environment steps per member.
+      agent_spec: the agent's :class:`~podracer.agents.AgentSpec` (default: the registered
+        agent whose config ``agent_config`` is, :func:`podracer.agents.spec_of`).
       seed: the run seed.
       devices: the devices the system runs on (default: the loop's choice).
       members: made from the recipe: a sweep's or a population's members, its agent with
@@ -154,13 +156,17 @@ def build(
       env_options: the environment's parameters and observation mask
         (:class:`~podracer.envs.EnvOptions`; None: none), for the probe and every
         environment the system builds.
-      **options: the loop's own ``build`` keywords (Anakin: ``env_params``, a whole params
-        pytree that replaces the environment's ``default_params`` in training).
+      **options: the loop's own ``build_system`` keywords (Anakin: ``env_params``, a whole
+        params pytree that replaces the environment's ``default_params`` in training).
 
     Returns:
       The loop's :class:`System`: ``init(seed)``, ``run(state, ...)``, ``evaluator(...)``.
     """
     loop = get(loop) if isinstance(loop, str) else loop
+    if agent_spec is None:
+        from podracer import agents
+
+        agent_spec = agents.spec_of(agent_config)
     recipe = make_recipe(
         loop,
         env_id,
@@ -174,7 +180,7 @@ def build(
     )
     if devices is None and loop.place_members is not None and parallel.spread_members():
         config, devices = loop.place_members(config, recipe)
-    return loop.build(
+    return loop.build_system(
         recipe,
         config,
         devices=devices,
@@ -199,15 +205,15 @@ def train(
     hooks: RunHooks | None = None,
     **options: Any,
 ) -> RunResult:
-    """Builds the system of a registered agent's config (:func:`build`) and runs it for
+    """Builds the system of an agent's config (:func:`build`) and runs it for
     ``total_timesteps`` steps per member, without a run directory (:func:`podracer.runs.train`
     keeps one).
 
     Args:
       loop: a :class:`Loop` or its registered name.
       env_id: the environment id.
-      agent_config: the config of a registered agent; it chooses the agent
-        (:func:`podracer.agents.spec_of`).
+      agent_config: the agent's config; it chooses a registered agent
+        (:func:`podracer.agents.spec_of`) unless ``agent_spec`` is given.
       config: the loop's config.
       seed: the run seed; member ``i`` of ``num_seeds`` runs seed ``seed + i``.
       total_timesteps: environment steps per member.
@@ -217,17 +223,15 @@ def train(
         None starts afresh.
       start_update: the updates ``state`` holds.
       hooks: host work between calls (:class:`RunHooks`: checkpoints, evaluation).
-      **options: :func:`build`'s ``env_options``, ``members``, ``periodic`` and the loop's own.
+      **options: :func:`build`'s ``agent_spec``, ``env_options``, ``members``, ``periodic`` and
+        the loop's own.
 
     Returns:
       The :class:`RunResult` of the run.
     """
-    from podracer import agents
-
     system = build(
         loop,
         env_id,
-        agents.spec_of(agent_config),
         agent_config,
         config,
         total_timesteps=total_timesteps,

@@ -546,9 +546,9 @@ def build_system(
     return loops.build(
         loop,
         env_id,
-        agent_spec,
         agent_config,
         loop.with_members(config, population.size),
+        agent_spec=agent_spec,
         total_timesteps=total_timesteps,
         seed=seed,
         devices=devices,

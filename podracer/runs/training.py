@@ -188,9 +188,9 @@ def build_system(spec: RunSpec, devices=None) -> loops.System:
     return loops.build(
         loop,
         spec.env,
-        agent_spec,
         spec.agent_config,
         spec.arch_config,
+        agent_spec=agent_spec,
         total_timesteps=spec.total_timesteps,
         seed=spec.seed,
         devices=devices,

@@ -16,18 +16,18 @@ environment axis. The carried state is donated, metrics are reduced on device.
 
 The package, by role (as :mod:`podracer.loops.sebulba`'s): ``config.py`` the loop's sizes
 (:class:`AnakinConfig`); ``state.py`` the state and metrics of the compiled program and their
-layout on the mesh; ``program.py`` the program itself (the mesh, one member's update, the
-step of ``k`` updates, the initial state) built into an :class:`Anakin` system; ``system.py``
-the system and its host loop (:func:`run`: the schedule of calls, the reports between them);
-``loop.py`` Anakin as a loop of the registry (:data:`LOOP`, :func:`build`, :func:`train`).
+layout on the mesh; ``program.py`` the program itself (the mesh, one member's update, the step of
+``k`` updates, the initial state) built into an :class:`Anakin` system (:func:`build_system`);
+``system.py`` the system and its host loop (:func:`run`: the schedule of calls, the reports between
+them); ``loop.py`` Anakin as a loop of the registry (:data:`LOOP`, :func:`build`, :func:`train`).
 """
 
 from podracer.loops.anakin.config import AnakinConfig
-from podracer.loops.anakin.loop import LOOP, build, build_system, place_members, probe, train
+from podracer.loops.anakin.loop import LOOP, build, place_members, probe, train
 from podracer.loops.anakin.program import (
+    build_system,
     checked_mesh,
     env_checks_vma,
-    make_anakin,
     make_one_update,
     with_periodic,
 )
@@ -58,7 +58,6 @@ __all__ = [
     "checked_mesh",
     "choose_updates_per_call",
     "env_checks_vma",
-    "make_anakin",
     "make_one_update",
     "params_checksum",
     "place_members",

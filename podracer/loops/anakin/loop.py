@@ -1,21 +1,19 @@
 """Anakin as a loop of the registry (:data:`LOOP`): its probe, where its members run on a CPU's
-cores, and :func:`build` and :func:`train` of an environment id and an agent's config."""
+cores, its system (:func:`~podracer.loops.anakin.program.build_system`), and :func:`build` and
+:func:`train` of an environment id and an agent's config (the registry's, with :data:`LOOP`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
-from typing import Any
 
 import jax
 
 from podracer.envs.options import EnvOptions
 from podracer.loops import registry
 from podracer.loops.anakin.config import AnakinConfig
-from podracer.loops.anakin.program import make_anakin
-from podracer.loops.anakin.system import Anakin
-from podracer.loops.base import Loop, Members, Periodic
+from podracer.loops.anakin.program import build_system
+from podracer.loops.base import Loop
 from podracer.loops.recipe import EnvFactory, Recipe, as_factory
 from podracer.parallel import (
     cores_per_member,
@@ -37,21 +35,6 @@ def probe(
     del config, seed
     built = as_factory(env, env_options).make()
     return EnvSpec(built.observation_spec, built.action_spec)
-
-
-def build_system(
-    recipe: Recipe,
-    config: AnakinConfig,
-    *,
-    devices: Sequence[jax.Device] | None = None,
-    members: Members | None = None,
-    periodic: Periodic | None = None,
-    env_params: Any = None,
-) -> Anakin:
-    """:attr:`Loop.build` of Anakin: :func:`make_anakin` of the recipe."""
-    return make_anakin(
-        recipe, config, devices=devices, members=members, periodic=periodic, env_params=env_params
-    )
 
 
 def place_members(
@@ -84,7 +67,7 @@ LOOP = Loop(
     default_env=lambda agent_spec: agent_spec.default_env,
     probe=probe,
     steps_per_update=lambda config: config.steps_per_update,
-    build=build_system,
+    build_system=build_system,
     members_in_one_program=True,
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
     place_members=place_members,
@@ -93,45 +76,12 @@ LOOP = Loop(
 )
 
 
-def build(
-    env_id: str,
-    agent_config: Any,
-    config: AnakinConfig,
-    *,
-    total_timesteps: int,
-    devices: Sequence[jax.Device] | None = None,
-    env_options: EnvOptions | None = None,
-) -> Anakin:
-    """The Anakin system for an environment id (with ``env_options``) and a registered agent's
-    config (:mod:`podracer.agents`).
-
-    Args:
-      env_id: a JAX environment's id (:func:`podracer.envs.make`).
-      agent_config: the config of a registered agent.
-      config: the loop's sizes.
-      total_timesteps: environment steps per seed; sets the length of learning-rate schedules.
-      devices: the mesh's devices (default: every device of every process).
-      env_options: the environment's :class:`~podracer.envs.EnvOptions` (None: none).
-
-    Returns:
-      The :class:`Anakin` system (:func:`make_anakin`).
-    """
-    from podracer import agents
-
-    return registry.build(
-        LOOP,
-        env_id,
-        agents.spec_of(agent_config),
-        agent_config,
-        config,
-        total_timesteps=total_timesteps,
-        devices=devices,
-        env_options=env_options,
-    )
-
+build = functools.partial(registry.build, LOOP)
+"""``build(env_id, agent_config, config, *, total_timesteps, agent_spec, seed, devices, members,
+periodic, env_options, env_params)``: :func:`podracer.loops.build` on Anakin, the
+:class:`~podracer.loops.anakin.system.Anakin` system of an environment id and an agent's
+config."""
 
 train = functools.partial(registry.train, LOOP)
-
-
 """``train(env_id, agent_config, config, *, seed, total_timesteps, devices, progress, state,
-start_update, hooks, env_options)``: :func:`podracer.loops.train` on Anakin."""
+start_update, hooks, env_options, ...)``: :func:`podracer.loops.train` on Anakin."""

@@ -1,7 +1,7 @@
 """Anakin's compiled program: the mesh (:func:`checked_mesh`), one member's update (rollout,
 then the learner core), the step of ``k`` updates over the mesh with the periodic work where due,
 and the initial state, built into an :class:`~podracer.loops.anakin.system.Anakin` system
-(:func:`make_anakin`)."""
+(:func:`build_system`, :attr:`Loop.build_system` of Anakin)."""
 
 from __future__ import annotations
 
@@ -249,7 +249,7 @@ def step_maker(
     return make_step
 
 
-def make_anakin(
+def build_system(
     recipe: Recipe,
     config: AnakinConfig,
     *,
@@ -259,7 +259,8 @@ def make_anakin(
     members: Members | None = None,
     periodic: Periodic | None = None,
 ) -> Anakin:
-    """Builds the Anakin system of a :class:`~podracer.loops.Recipe` (its environment, built
+    """:attr:`Loop.build_system` of Anakin: the Anakin system of a
+    :class:`~podracer.loops.Recipe` (its environment, built
     with its options by ``recipe.make_env()``, is an on-device
     :class:`~podracer.types.Environment`; its agent, optimizer and learner layout).
 

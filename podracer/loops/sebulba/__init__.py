@@ -5,7 +5,8 @@ and sizes (:class:`SebulbaConfig`); ``members.py`` the members' state on the lea
 ``actors.py`` the actors; ``learner.py`` the learner; ``pipeline.py`` the host plumbing between them
 (the stop signal, the params slot, the trajectory queues); ``shared.py`` what the roles of a run
 share (:class:`SebulbaRun`); ``system.py`` the system that wires them (:func:`compile_run`,
-:func:`run`); ``loop.py`` Sebulba as a loop of the registry (:data:`LOOP`, :func:`train`).
+:func:`run`); ``loop.py`` Sebulba as a loop of the registry (:data:`LOOP`, :func:`build`,
+:func:`train`).
 """
 
 from podracer.loops.sebulba.actors import (
@@ -18,7 +19,15 @@ from podracer.loops.sebulba.actors import (
 )
 from podracer.loops.sebulba.config import SebulbaConfig
 from podracer.loops.sebulba.learner import learner_role
-from podracer.loops.sebulba.loop import LOOP, SebulbaSystem, env_factory, steps_per_update, train
+from podracer.loops.sebulba.loop import (
+    LOOP,
+    SebulbaSystem,
+    build,
+    build_system,
+    env_factory,
+    steps_per_update,
+    train,
+)
 from podracer.loops.sebulba.members import SebulbaState
 from podracer.loops.sebulba.pipeline import Stopped
 from podracer.loops.sebulba.shared import Role, SebulbaRun, Timers
@@ -35,6 +44,8 @@ __all__ = [
     "Stopped",
     "Timers",
     "actor_role",
+    "build",
+    "build_system",
     "compile_run",
     "env_factory",
     "host_act",

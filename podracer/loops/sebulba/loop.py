@@ -1,4 +1,5 @@
-"""Sebulba as a loop of the registry: the environment factory, the system and :func:`train`."""
+"""Sebulba as a loop of the registry: the environment factory, the system (:func:`build_system`),
+and :func:`build` and :func:`train` (the registry's, with :data:`LOOP`)."""
 
 from __future__ import annotations
 
@@ -228,8 +229,8 @@ def build_system(
     members: Members | None = None,
     periodic: Periodic | None = None,
 ) -> SebulbaSystem:
-    """:attr:`Loop.build` of Sebulba: ``config.num_seeds`` members in one program (a sweep's or
-    a population's ``members``, with their hyper-parameters; ``periodic``: a population's
+    """:attr:`Loop.build_system` of Sebulba: ``config.num_seeds`` members in one program (a
+    sweep's or a population's ``members``, with their hyper-parameters; ``periodic``: a population's
     tournament, between updates); the environments' options are the recipe's (``env_options``
     of :func:`podracer.loops.build`)."""
     if periodic is not None and periodic.apply_scored is None:
@@ -247,13 +248,17 @@ LOOP = Loop(
     default_env=default_env,
     probe=probe,
     steps_per_update=steps_per_update,
-    build=build_system,
+    build_system=build_system,
     members_in_one_program=True,
     with_members=lambda config, n: dataclasses.replace(config, num_seeds=n),
     sizes={"envs": "envs_per_actor", "rollout_len": "rollout_len"},
 )
 
 
+build = functools.partial(registry.build, LOOP)
+"""``build(env_id, agent_config, config, *, total_timesteps, agent_spec, seed, devices, members,
+periodic, env_options)``: :func:`podracer.loops.build` on Sebulba."""
+
 train = functools.partial(registry.train, LOOP)
 """``train(env_id, agent_config, config, *, seed, total_timesteps, devices, progress, state,
-start_update, hooks, env_options)``: :func:`podracer.loops.train` on Sebulba."""
+start_update, hooks, env_options, ...)``: :func:`podracer.loops.train` on Sebulba."""
