@@ -9,9 +9,9 @@
     python a2c_agent.py                                         # the same from Python
 
 The walk-through is ``docs/agents.md``. Everything an agent is: a frozen config validated in
-``__post_init__``, ``make_agent(config, action_spec) -> Agent`` (``init``, ``act``, ``prepare``,
-``loss``: pure functions, params explicit), ``make_optimizer(config, num_updates)``, and one
-``AgentSpec`` that names them (``SPEC`` below). Both loops, sweeps and populations run it
+``__post_init__``, ``make_agent(config, action_spec, num_updates) -> Agent`` (``init``, ``act``,
+``prepare``, ``loss``: pure functions, params explicit), ``make_optimizer(config, num_updates)``,
+and one ``AgentSpec`` that names them (``SPEC`` below). Both loops, sweeps and populations run it
 unchanged through the one learner core (``make_learner``); its config fields become
 ``--agent.FIELD`` flags.
 
@@ -33,10 +33,10 @@ from podracer.agents import AgentSpec, Space
 from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import make_categorical_act, select
 from podracer.agents.spec import num_actions
-from podracer.util.validation import check_layer_sizes, check_positive, check_range
 from podracer.core.returns import gae
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
+from podracer.util.validation import check_layer_sizes, check_positive, check_range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +81,10 @@ class A2CBatch(NamedTuple):
     target: jax.Array  # the value target: advantage + v(obs)
 
 
-def make_agent(config: A2CConfig, action_spec: ActionSpec | int) -> Agent:
-    """A2C as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+def make_agent(config: A2CConfig, action_spec: ActionSpec | int, num_updates: int) -> Agent:
+    """A2C as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (``num_updates``,
+    the run's length, would set a schedule over the run; A2C has none)."""
+    del num_updates
     network = ActorCritic(
         num_actions=num_actions(action_spec, "a2c"), hidden_sizes=tuple(config.hidden_sizes)
     )

@@ -62,8 +62,8 @@ def make_env():
 PPO = agents.get("ppo")
 
 
-def _make_agent(config, action_spec):
-    agent = PPO.make_agent(config, action_spec)
+def _make_agent(config, action_spec, num_updates):
+    agent = PPO.make_agent(config, action_spec, num_updates)
 
     def loss(params, batch, key):
         jax.debug.callback(_count("learner"))

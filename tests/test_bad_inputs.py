@@ -129,6 +129,11 @@ STATIC = [
         ["train", "--agent", "user_agent_bad:NOT_CALLABLE", *T],
         "AgentSpec.make_optimizer=float is not allowed: it must be callable",
     ),
+    (
+        ["train", "--agent", "user_agent_bad:OLD_SHAPE", *T],
+        "AgentSpec.make_agent=make_agent is not allowed: it must be a function of (config, "
+        "action_spec, num_updates)",
+    ),
     # a dry run refuses what a run refuses
     (["train", "--agent.gamma", "1.5", "--dry-run", *T], "PPOConfig.gamma=1.5 is not allowed"),
     # trading environments and the backtest
@@ -318,7 +323,8 @@ def user_files(root):
         "        super().__init__()\n"
         "        del self.step\n"
     )
-    # A user's AgentSpecs: not one, a config that is not frozen, an optimizer that is a number.
+    # A user's AgentSpecs: not one, a config that is not frozen, an optimizer that is a number,
+    # a make_agent of the old shape (config, action_spec).
     (root / "user_agent_bad.py").write_text(
         "import dataclasses\n\n"
         "from podracer.agents import AgentSpec, ppo\n\n"
@@ -327,7 +333,10 @@ def user_files(root):
         "class Loose:\n"
         "    lr: float = 1e-3\n\n\n"
         "NOT_FROZEN = ppo.SPEC._replace(config_cls=Loose)\n"
-        "NOT_CALLABLE = ppo.SPEC._replace(make_optimizer=0.001)\n"
+        "NOT_CALLABLE = ppo.SPEC._replace(make_optimizer=0.001)\n\n\n"
+        "def make_agent(config, action_spec):\n"
+        "    return ppo.make_agent(config, action_spec)\n\n\n"
+        "OLD_SHAPE = ppo.SPEC._replace(make_agent=make_agent)\n"
     )
     (root / "locked").mkdir()
     (root / "locked").chmod(stat.S_IRUSR | stat.S_IXUSR)

@@ -55,7 +55,8 @@ class Batch(NamedTuple):
     target: jax.Array
 
 
-def make_agent(config, action_spec):
+def make_agent(config, action_spec, num_updates):
+    del num_updates
     network = Linear(num_actions(action_spec, "linear"))
 
     def prepare(params, agent_state, traj, mean_fn):

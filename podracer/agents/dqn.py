@@ -154,7 +154,7 @@ class SequenceStep(NamedTuple):
     actor_state: Any  # the carry act was given at this step (a window's first is its start)
 
 
-def make_agent(config: DQNConfig, action_spec: ActionSpec | int, *, num_updates: int = 1):
+def make_agent(config: DQNConfig, action_spec: ActionSpec | int, num_updates: int = 1):
     """DQN as an :class:`~podracer.types.Agent` (with its replay added by the spec's build)."""
     actions = num_actions(action_spec, "dqn")
     network = config.q_network(actions, dueling=config.dueling)

@@ -235,11 +235,12 @@ def make_loss(config: IMPALAConfig, head, outputs):
     return loss
 
 
-def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int) -> Agent:
+def make_agent(config: IMPALAConfig, action_spec: ActionSpec | int, num_updates: int = 1) -> Agent:
     """IMPALA as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (a
     categorical policy) or a bounded continuous one (a diagonal Gaussian, clipped to the
     bounds: :func:`podracer.agents.policy.gaussian_head`); V-trace needs only the
     log-probabilities."""
+    del num_updates  # no schedule over the run
     network = config.network(action_spec, "impala")
     head = policy_head(action_spec, "impala")
     init = config.init_network(network)

@@ -430,9 +430,10 @@ def make_loss(config: MuZeroConfig, model: Model, targets_of):
     return loss
 
 
-def make_agent(config: MuZeroConfig, action_spec: ActionSpec | int) -> Agent:
+def make_agent(config: MuZeroConfig, action_spec: ActionSpec | int, num_updates: int = 1) -> Agent:
     """MuZero as an :class:`~podracer.types.Agent` with a replay of windows (see the module's
     docstring)."""
+    del num_updates  # no schedule over the run
     actions = num_actions(action_spec, "muzero")
     network = MuZeroNetwork(config, actions)
     model = model_of(network)

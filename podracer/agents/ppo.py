@@ -100,11 +100,12 @@ class SequenceBatch(NamedTuple):
     sequences: memory.Sequences  # each window's first carry [N, ...] and episode starts [N, W]
 
 
-def make_agent(config: PPOConfig, action_spec: ActionSpec | int) -> Agent:
+def make_agent(config: PPOConfig, action_spec: ActionSpec | int, num_updates: int = 1) -> Agent:
     """PPO as an :class:`~podracer.types.Agent` for a discrete ``action_spec`` (a categorical
     policy) or a bounded continuous one (a diagonal Gaussian, clipped to the bounds:
     :func:`podracer.agents.policy.gaussian_head`); with ``config.memory``, a recurrent one
     (:func:`make_recurrent`)."""
+    del num_updates  # no schedule over the run
     network = config.network(action_spec, "ppo")
     head = policy_head(action_spec, "ppo")
     if config.memory != "none":

@@ -109,7 +109,7 @@ def lambda_returns(reward, terminated, truncated, q_next_max, gamma, q_lambda):
     return returns(reward, discount, q_next_max, trace)
 
 
-def make_agent(config: PQNConfig, action_spec: ActionSpec | int, *, num_updates: int = 1) -> Agent:
+def make_agent(config: PQNConfig, action_spec: ActionSpec | int, num_updates: int = 1) -> Agent:
     """PQN as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
     actions = num_actions(action_spec, "pqn")
     network = config.q_network(actions, layer_norm=config.layer_norm)

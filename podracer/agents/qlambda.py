@@ -78,8 +78,9 @@ class SequenceBatch(NamedTuple):
     sequences: memory.Sequences | tuple = ()  # with memory: first carries and episode starts
 
 
-def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int) -> Agent:
+def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int, num_updates: int = 1) -> Agent:
     """Q(lambda) as an :class:`~podracer.types.Agent` for a discrete ``action_spec``."""
+    del num_updates  # no schedule over the run
     actions = num_actions(action_spec, "qlambda")
     network = config.q_network(actions)
     net = recurrent_net(config, network) if config.memory != "none" else None

@@ -202,8 +202,9 @@ def make_loss(config: SACConfig, actor: Actor, critic: TwinCritic, sample, size:
     return loss
 
 
-def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
+def make_agent(config: SACConfig, action_spec: ActionSpec, num_updates: int = 1) -> Agent:
     """SAC as an :class:`~podracer.types.Agent` for a bounded continuous ``action_spec``."""
+    del num_updates  # no schedule over the run
     spec = check_bounded(action_spec, "sac")
     shape = tuple(spec.shape)
     size = action_size(spec)
@@ -212,6 +213,7 @@ def make_agent(config: SACConfig, action_spec: ActionSpec) -> Agent:
     actor = Actor(size, tuple(config.hidden_sizes), config.activation)
     critic = TwinCritic(tuple(config.hidden_sizes), config.activation)
     sample, _, mode = squashed_gaussian(low, high)
+
     def init(key, example_obs):
         actor_key, critic_key = jax.random.split(key)
         obs = jax.tree.map(lambda x: x[None], example_obs)

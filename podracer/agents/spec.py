@@ -1,10 +1,11 @@
 """What an agent file exports: one :class:`AgentSpec`, and the registry that finds it.
 
-An agent is one file: its frozen config dataclass, ``make_agent(config, action_spec) -> Agent``,
-``make_optimizer(config, num_updates)`` and one ``SPEC = AgentSpec(...)`` that ties them to the
-rest (default environment, loop sizes that suit it, the hyper-parameters sweeps and populations
-may trace). :func:`register` adds a spec; :func:`get` finds one by name, or imports it from a
-``module:attribute`` path (a user's agent, ``podracer train --agent my_agents:SPEC``).
+An agent is one file: its frozen config dataclass, ``make_agent(config, action_spec,
+num_updates) -> Agent``, ``make_optimizer(config, num_updates)`` and one ``SPEC =
+AgentSpec(...)`` that ties them to the rest (default environment, loop sizes that suit it, the
+hyper-parameters sweeps and populations may trace). :func:`register` adds a spec; :func:`get`
+finds one by name, or imports it from a ``module:attribute`` path (a user's agent,
+``podracer train --agent my_agents:SPEC``).
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ class AgentSpec(NamedTuple):
     - ``name``: the command line's ``--agent`` name;
     - ``config_cls``: a frozen dataclass, validated in ``__post_init__``; its fields become the
       ``--agent.FIELD`` flags;
-    - ``make_agent(config, action_spec) -> Agent`` (or ``make_agent(config, action_spec, *,
-      num_updates)`` for an agent with a schedule over the run, such as an exploration rate);
+    - ``make_agent(config, action_spec, num_updates) -> Agent``, called with three positional
+      arguments: ``num_updates`` is the run's number of updates, the length of a schedule over
+      the run such as an exploration rate (an agent without one ignores it);
     - ``make_optimizer(config, num_updates) -> optax transformation``;
     - ``default_env``: the environment id used when none is given (Anakin; Sebulba's default is
       the loop's own);
@@ -85,7 +87,7 @@ class AgentSpec(NamedTuple):
 
     name: str
     config_cls: type
-    make_agent: Callable[[Any, ActionSpec], Agent]
+    make_agent: Callable[[Any, ActionSpec, int], Agent]
     make_optimizer: Callable[[Any, int], optax.GradientTransformation]
     default_env: str = "gymnax:CartPole-v1"
     loop_defaults: Mapping[str, Any] = {}
@@ -105,23 +107,10 @@ class AgentSpec(NamedTuple):
         asks for (which needs the ``observation_spec``)."""
         from podracer.core.normalisation import NormalisationFields, normalised
 
-        if takes_num_updates(self.make_agent):
-            agent = self.make_agent(config, action_spec, num_updates=num_updates)
-        else:
-            agent = self.make_agent(config, action_spec)
+        agent = self.make_agent(config, action_spec, num_updates)
         if isinstance(config, NormalisationFields):
             agent = normalised(agent, config, observation_spec, getattr(config, "gamma", 0.99))
         return agent, self.make_optimizer(config, num_updates)
-
-
-def takes_num_updates(make_agent: Callable) -> bool:
-    """Whether ``make_agent`` takes the keyword ``num_updates``."""
-    import inspect
-
-    try:
-        return "num_updates" in inspect.signature(make_agent).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 AGENTS: dict[str, AgentSpec] = {}
@@ -132,9 +121,11 @@ _BY_CONFIG: dict[type, AgentSpec] = {}  # the registered specs by config class
 
 def register(spec: AgentSpec) -> AgentSpec:
     """Adds ``spec`` under ``spec.name`` (``--agent NAME``, :func:`get`, :func:`spec_of` by its
-    config class); a name already taken by another spec is an error. Returns ``spec``."""
+    config class), checked as :func:`check_spec` checks a user's; a name already taken by
+    another spec is an error. Returns ``spec``."""
     if not isinstance(spec, AgentSpec):
         raise TypeError(f"register takes an AgentSpec, not {type(spec).__name__}")
+    check_spec(spec, f"register({spec.name!r})")
     if spec.name in AGENTS and AGENTS[spec.name] is not spec:
         raise ValueError(f"register: an agent named {spec.name!r} is already registered")
     AGENTS[spec.name] = spec
@@ -168,6 +159,13 @@ def check_spec(spec: AgentSpec, where: str) -> None:
     for field in ("make_agent", "make_optimizer", "make_learner"):
         if not callable(getattr(spec, field)):
             raise wrong(field, "callable")
+    if not takes_positional(spec.make_agent, 3):
+        raise wrong(
+            "make_agent",
+            "a function of (config, action_spec, num_updates); a make_agent(config, "
+            "action_spec) written for an earlier podracer takes a third argument, num_updates, "
+            "the run's updates (unused where the agent has no schedule over the run)",
+        )
     if not isinstance(spec.default_env, str):
         raise wrong("default_env", "an environment id (a str)")
     for field in ("loop_defaults", "search_space", "presets"):
@@ -240,3 +238,17 @@ def num_actions(action_spec: ActionSpec | int, agent: str) -> int:
             f"of shape {tuple(action_spec.shape)}): choose an environment with discrete actions"
         )
     return action_spec.num_actions
+
+
+def takes_positional(function: Callable, count: int) -> bool:
+    """Whether ``function`` can be called with ``count`` positional arguments (True where its
+    signature cannot be read: the call will tell)."""
+    import inspect
+
+    try:
+        inspect.signature(function).bind(*range(count))
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins)
+        return True
+    return True
