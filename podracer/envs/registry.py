@@ -108,37 +108,21 @@ FAMILIES: list[Family] = [
     # Stock trading: D assets' orders in [-1, 1]^D, a day per step.
     Family("trading:", jax="podracer.trading.environment:make", presets="trading"),
     # The JAX suites: MuJoCo Playground's DM Control Suite and locomotion on MJX, Craftax,
-    # Jumanji, the MiniGrids in JAX (NAVIX, XLand-MiniGrid), POPGym Arcade, pgx's
-    # single-player games.
-    Family(
-        "playground:",
-        jax="podracer.envs.jax.playground:make",
-        extra="playground",
-        presets="playground",
+    # Jumanji (Snake before the rest: its presets send Snake's "grid" through a CNN, which the
+    # other games do not have), the MiniGrids in JAX (NAVIX, XLand-MiniGrid), POPGym Arcade,
+    # pgx's single-player games.
+    *(
+        Family(f"{name}:", jax=f"podracer.envs.jax.{name}:make", extra=name, presets=presets)
+        for name, presets in (
+            ("playground", "playground"),
+            ("craftax", "craftax"),
+            ("jumanji", (("Snake-*", "snake"), ("*", "jumanji"))),
+            ("navix", "minigrid"),
+            ("xminigrid", "minigrid"),
+            ("popgym_arcade", "popgym_arcade"),
+            ("pgx", "pgx"),
+        )
     ),
-    Family("craftax:", jax="podracer.envs.jax.craftax:make", extra="craftax", presets="craftax"),
-    # Snake before the rest of Jumanji: its presets send Snake's "grid" through a CNN, which
-    # the other games do not have.
-    Family(
-        "jumanji:",
-        jax="podracer.envs.jax.jumanji:make",
-        extra="jumanji",
-        presets=(("Snake-*", "snake"), ("*", "jumanji")),
-    ),
-    Family("navix:", jax="podracer.envs.jax.navix:make", extra="navix", presets="minigrid"),
-    Family(
-        "xminigrid:",
-        jax="podracer.envs.jax.xminigrid:make",
-        extra="xminigrid",
-        presets="minigrid",
-    ),
-    Family(
-        "popgym_arcade:",
-        jax="podracer.envs.jax.popgym_arcade:make",
-        extra="popgym_arcade",
-        presets="popgym_arcade",
-    ),
-    Family("pgx:", jax="podracer.envs.jax.pgx:make", extra="pgx", presets="pgx"),
     # Host environments (Sebulba): envpool's pool (sync and async) and gymnasium's vector env.
     Family(
         "envpool:",

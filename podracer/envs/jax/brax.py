@@ -50,8 +50,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from podracer.envs.jax import base
 from podracer.errors import ConfigError, ConfigValueError
-from podracer.types import BoundedActionSpec, ObservationSpec, TimeStep
+from podracer.types import BoundedActionSpec, ObservationSpec
 
 PREFIX = "brax:"
 
@@ -187,13 +188,11 @@ def _tree_where(cond: jax.Array, a: Any, b: Any) -> Any:
     return jax.tree.map(lambda x, y: jnp.where(cond, x, y).astype(jnp.result_type(y)), a, b)
 
 
-def _strong(tree: Any) -> Any:
-    """Every leaf a (non weakly typed) array, so reset's and step's states have one type."""
-    return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), tree)
-
-
-class BraxEnvironment:
+class BraxEnvironment(base.PhysicsAdapter):
     """One brax environment with podracer's ``TimeStep`` (see the module docstring)."""
+
+    library = "brax"
+    state_class = BraxState
 
     def __init__(
         self,
@@ -217,7 +216,7 @@ class BraxEnvironment:
         self.action_repeat: int = checked["action_repeat"]
 
         try:
-            self._env = _brax_envs().get_environment(name, backend=self.backend)
+            env = _brax_envs().get_environment(name, backend=self.backend)
         except ValueError as error:  # a backend this environment does not support
             raise ConfigValueError(
                 f"brax:{name} with backend={self.backend!r} is not allowed: {error}"
@@ -230,52 +229,28 @@ class BraxEnvironment:
             given.append(f"episode_length={self.episode_length}")
         if self.action_repeat != 1:
             given.append(f"action_repeat={self.action_repeat}")
-        self.id = f"{PREFIX}{name}" + (f"?{'&'.join(given)}" if given else "")
+        super().__init__(f"{PREFIX}{name}" + (f"?{'&'.join(given)}" if given else ""), env)
 
+    def _specs(self, params: Any) -> tuple[ObservationSpec, BoundedActionSpec]:
         obs = jax.eval_shape(self._env.reset, jax.random.key(0)).obs
-        self._obs_spec = ObservationSpec(tuple(obs.shape), jnp.dtype(jnp.float32))
+        obs_spec = ObservationSpec(tuple(obs.shape), jnp.dtype(jnp.float32))
         size = int(self._env.action_size)
         low, high = np.full(size, -1.0, np.float32), np.full(size, 1.0, np.float32)
         actuator = getattr(getattr(self._env, "sys", None), "actuator", None)
-        if actuator is not None and size and name not in RESCALED:
+        if actuator is not None and size and self.name not in RESCALED:
             ctrl = np.asarray(actuator.ctrl_range, np.float32).reshape(size, 2)
             limited = np.isfinite(ctrl).all(axis=1)  # brax gives +-inf where ctrl is not limited
             low = np.where(limited, ctrl[:, 0], low).astype(np.float32)
             high = np.where(limited, ctrl[:, 1], high).astype(np.float32)
-        self._action_spec = BoundedActionSpec((size,), low, high, "float32")
+        return obs_spec, BoundedActionSpec((size,), low, high, "float32")
 
-    @property
-    def default_params(self) -> Any:
-        return ()
-
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> BoundedActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self):
-        """The brax environment underneath."""
-        return self._env
-
-    def _reset(self, key) -> Any:
+    def _fresh(self, key) -> Any:
         env_state = self._env.reset(key)
-        return _strong(env_state.replace(obs=jnp.asarray(env_state.obs, jnp.float32)))
+        return base.strong(env_state.replace(obs=jnp.asarray(env_state.obs, jnp.float32)))
 
-    def reset(self, key, params=()):
-        del params
-        env_state = self._reset(key)
-        false = jnp.zeros((), bool)
-        state = BraxState(env_state, jnp.zeros((), jnp.int32))
-        ts = TimeStep(env_state.obs, jnp.zeros((), jnp.float32), false, false, env_state.obs)
-        return state, ts
-
-    def _brax_step(self, env_state: Any, action: jax.Array) -> Any:
+    def _step_once(self, env_state: Any, action: jax.Array) -> Any:
         try:
-            return _strong(self._env.step(env_state, action))
+            stepped = base.strong(self._env.step(env_state, action))
         except TypeError as error:
             if "manual axis types" not in str(error):
                 raise
@@ -284,40 +259,7 @@ class BraxEnvironment:
                 "jax.shard_map (Anakin, sweeps, populations) with this JAX: its solver's lax.cond "
                 "mixes varying and replicated values; use backend=positional or backend=spring"
             ) from None
+        return stepped.replace(obs=jnp.asarray(stepped.obs, jnp.float32))
 
-    def _step(self, env_state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
-        """Steps brax ``action_repeat`` times; the state and the summed reward."""
-        if self.action_repeat == 1:
-            stepped = self._brax_step(env_state, action)
-            return stepped, jnp.asarray(stepped.reward, jnp.float32)
-
-        def repeat(carry, _):
-            state, total, ended = carry
-            stepped = self._brax_step(state, action)
-            total = total + jnp.where(ended, 0.0, stepped.reward).astype(jnp.float32)
-            stepped = _tree_where(ended, state, stepped)  # frozen after a termination
-            return (stepped, total, ended | (stepped.done > 0)), None
-
-        start = (env_state, jnp.zeros((), jnp.float32), jnp.zeros((), bool))
-        (env_state, total, _), _ = jax.lax.scan(repeat, start, None, self.action_repeat)
-        return env_state, total
-
-    def step(self, key, state: BraxState, action, params=()):
-        del params
-        action = jnp.asarray(action, jnp.float32)
-        stepped, reward = self._step(state.env_state, action)
-        stepped = stepped.replace(obs=jnp.asarray(stepped.obs, jnp.float32))
-        steps = state.steps + self.action_repeat
-        terminated = jnp.asarray(stepped.done > 0, bool)
-        truncated = ~terminated & (steps >= self.episode_length)
-        done = terminated | truncated
-        _, reset_key = jax.random.split(key)
-        fresh = self._reset(reset_key)
-        env_state = _tree_where(done, fresh, stepped)
-        steps = jnp.where(done, 0, steps).astype(jnp.int32)
-        obs = jnp.where(done, fresh.obs, stepped.obs)
-        ts = TimeStep(obs, reward, terminated, truncated, stepped.obs)
-        return BraxState(env_state, steps), ts
-
-    def __repr__(self) -> str:
-        return f"BraxEnvironment({self.id!r})"
+    def _select(self, done: jax.Array, on_done: Any, otherwise: Any) -> Any:
+        return _tree_where(done, on_done, otherwise)

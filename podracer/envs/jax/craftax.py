@@ -42,15 +42,12 @@ and carry output must have equal types"). The environment says ``check_vma = Fal
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from podracer.envs import suites
-from podracer.errors import ConfigValueError
+from podracer.envs.jax import base
 from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
 
 PREFIX = "craftax:"
@@ -73,18 +70,11 @@ def names() -> tuple[str, ...]:
 def make(env_id: str, **kwargs: Any) -> CraftaxEnvironment:
     """``craftax:<name>``, with fields of its ``EnvParams`` as keyword arguments."""
     name = env_id.removeprefix(PREFIX)
-    suites.check_name(env_id, name, KNOWN, PREFIX)
-    craftax_env = suites.require("craftax.craftax_env", env_id)
+    base.check_name(env_id, name, KNOWN, PREFIX)
+    craftax_env = base.require("craftax.craftax_env", env_id)
     env = craftax_env.make_craftax_env_from_name(name, auto_reset=False)
     params = env.default_params
-    fields = {field.name for field in dataclasses.fields(params)}
-    unknown = sorted(set(kwargs) - fields)
-    if unknown:
-        raise ConfigValueError(
-            f"{env_id}: {', '.join(unknown)} not among Craftax's parameters: "
-            f"{', '.join(sorted(fields))}"
-        )
-    return CraftaxEnvironment(env_id, env, params.replace(**kwargs))
+    return CraftaxEnvironment(env_id, env, base.replace_fields(env_id, "Craftax", params, kwargs))
 
 
 def reset_sizes(batch: int) -> list[int]:
@@ -100,69 +90,28 @@ def reset_sizes(batch: int) -> list[int]:
     return sorted(sizes)
 
 
-class CraftaxEnvironment:
-    """A Craftax environment, auto-resetting at the step that ends an episode, with the time
-    limit a truncation."""
+class CraftaxEnvironment(base.Adapter):
+    """A Craftax environment (made with ``auto_reset=False``), auto-resetting at the step that
+    ends an episode, with the time limit a truncation."""
 
     check_vma = False  # Craftax's renderers fail a checked shard_map (the module's docstring)
+    library = "Craftax"
 
-    def __init__(self, env_id: str, craftax_env: Any, params: Any):
-        self.id = env_id
-        self._env = craftax_env
-        self._set_params(params)
-
-    def _set_params(self, params: Any) -> None:
-        self._params = params
+    def _specs(self, params: Any) -> tuple[ObservationSpec, DiscreteActionSpec]:
         space = self._env.observation_space(params)
-        self._obs_spec = ObservationSpec(tuple(space.shape), jnp.dtype(space.dtype))
-        self._action_spec = DiscreteActionSpec(int(self._env.num_actions))
+        obs_spec = ObservationSpec(tuple(space.shape), jnp.dtype(space.dtype))
+        return obs_spec, DiscreteActionSpec(int(self._env.num_actions))
 
-    @property
-    def default_params(self) -> Any:
-        return self._params
-
-    def with_params(self, params: Any) -> CraftaxEnvironment:
-        """This environment with ``params`` as its ``default_params``."""
-        env = copy.copy(self)
-        env._set_params(params)
-        return env
-
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> DiscreteActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self) -> Any:
-        """The Craftax environment underneath (made with ``auto_reset=False``)."""
-        return self._env
-
-    def reset(self, key, params):
+    def _reset(self, key, params):
         obs, state = self._env.reset(key, params)
-        false = jnp.zeros((), bool)
-        return state, TimeStep(
-            obs=obs,
-            reward=jnp.zeros((), jnp.float32),
-            terminated=false,
-            truncated=false,
-            final_obs=obs,
-        )
+        return state, obs
 
     def _step_only(self, key, state, action, params):
         """Craftax's step without the reset: the stepped state and its ``TimeStep`` (``obs``
         the stepped observation), whether the episode ended, and the key its reset takes."""
         step_key, reset_key = jax.random.split(key)
-        obs, stepped, reward, done, _ = suites.traced(
-            self.id,
-            "Craftax",
-            self._env.step,
-            step_key,
-            state,
-            jnp.asarray(action, jnp.int32),
-            params,
+        obs, stepped, reward, done, _ = self._traced(
+            self._env.step, step_key, state, jnp.asarray(action, jnp.int32), params
         )
         done = jnp.asarray(done, bool)
         # The game over without the time limit: the episode's true end.
@@ -180,7 +129,7 @@ class CraftaxEnvironment:
     def step(self, key, state, action, params):
         stepped, ts, done, reset_key = self._step_only(key, state, action, params)
         reset_obs, reset_state = self._env.reset(reset_key, params)
-        state, next_obs = suites.select_tree(done, (reset_state, reset_obs), (stepped, ts.obs))
+        state, next_obs = base.select_tree(done, (reset_state, reset_obs), (stepped, ts.obs))
         return state, ts._replace(obs=next_obs)
 
     def step_batch(self, keys, state, action, params):
@@ -206,7 +155,7 @@ class CraftaxEnvironment:
                     return stepped, ts.obs
                 if size == batch:
                     reset_obs, reset_state = reset(reset_keys, params)
-                    return suites.select_tree(done, (reset_state, reset_obs), (stepped, ts.obs))
+                    return base.select_tree(done, (reset_state, reset_obs), (stepped, ts.obs))
                 index = jnp.nonzero(done, size=size, fill_value=batch)[0]  # past the end: none
                 reset_obs, reset_state = reset(reset_keys[jnp.minimum(index, batch - 1)], params)
                 return jax.tree.map(
@@ -220,6 +169,3 @@ class CraftaxEnvironment:
         branch = jnp.searchsorted(jnp.asarray(sizes), done.sum())
         state, next_obs = jax.lax.switch(branch, [reset_some(size) for size in sizes], None)
         return state, ts._replace(obs=next_obs)
-
-    def __repr__(self) -> str:
-        return f"CraftaxEnvironment({self.id!r})"

@@ -15,13 +15,12 @@ MountainCarContinuous clip them to their bounds, the ``-misc`` tasks do not.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.envs.suites import check_name
+from podracer.envs.jax.base import Adapter, check_name
 from podracer.errors import ConfigValueError
 from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec, TimeStep
 
@@ -70,9 +69,11 @@ def make(env_id: str, **kwargs: Any) -> GymnaxEnvironment:
     return GymnaxEnvironment(name, **kwargs)
 
 
-class GymnaxEnvironment:
+class GymnaxEnvironment(Adapter):
     """A gymnax environment (discrete or continuous actions), auto-resetting, with ``final_obs``
     kept."""
+
+    library = "gymnax"
 
     def __init__(self, name: str, **env_kwargs: Any):
         import gymnax
@@ -82,19 +83,17 @@ class GymnaxEnvironment:
                 f"gymnax environment {name!r} is not supported: podracer's gymnax adapter takes "
                 f"{', '.join((*DISCRETE_IDS, *CONTINUOUS_IDS))}"
             )
-        self.id = f"{PREFIX}{name}"
-        self._env, self._default_params = gymnax.make(name, **env_kwargs)
-        self._set_specs()
+        super().__init__(f"{PREFIX}{name}", *gymnax.make(name, **env_kwargs))
 
-    def _set_specs(self) -> None:
-        """The specs of the environment with its ``default_params`` (gymnax's spaces take the
-        params: Pendulum's action bounds are ``params.max_torque``)."""
+    def _specs(self, params: Any) -> tuple[ObservationSpec, DiscreteActionSpec | BoundedActionSpec]:
+        """The specs with ``params`` (gymnax's spaces take the params: Pendulum's action bounds
+        are ``params.max_torque``)."""
         from gymnax.environments import spaces
 
-        action_space = self._env.action_space(self._default_params)
-        self._action_spec: DiscreteActionSpec | BoundedActionSpec
+        action_space = self._env.action_space(params)
+        action_spec: DiscreteActionSpec | BoundedActionSpec
         if isinstance(action_space, spaces.Discrete):
-            self._action_spec = DiscreteActionSpec(int(action_space.n))
+            action_spec = DiscreteActionSpec(int(action_space.n))
         else:
             assert isinstance(action_space, spaces.Box), action_space
             shape = tuple(int(d) for d in action_space.shape)
@@ -102,49 +101,17 @@ class GymnaxEnvironment:
                 np.broadcast_to(np.asarray(bound, np.float32), shape).copy()
                 for bound in (action_space.low, action_space.high)
             )
-            self._action_spec = BoundedActionSpec(shape, low, high, "float32")
-        self._continuous = isinstance(self._action_spec, BoundedActionSpec)
-        obs_space = self._env.observation_space(self._default_params)
-        self._obs_spec = ObservationSpec(tuple(obs_space.shape), jnp.dtype(obs_space.dtype))
+            action_spec = BoundedActionSpec(shape, low, high, "float32")
+        obs_space = self._env.observation_space(params)
+        obs_spec = ObservationSpec(tuple(obs_space.shape), jnp.dtype(obs_space.dtype))
+        return obs_spec, action_spec
 
-    @property
-    def default_params(self) -> Any:
-        return self._default_params
-
-    def with_params(self, params: Any) -> GymnaxEnvironment:
-        """This environment with ``params`` as its ``default_params`` (``--env-param``), its
-        specs computed from them."""
-        env = copy.copy(self)
-        env._default_params = params
-        env._set_specs()
-        return env
-
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> DiscreteActionSpec | BoundedActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self):
-        """The gymnax environment underneath."""
-        return self._env
-
-    def reset(self, key, params):
+    def _reset(self, key, params):
         obs, state = self._env.reset(key, params)
-        false = jnp.zeros((), bool)
-        return state, TimeStep(
-            obs=obs,
-            reward=jnp.zeros((), jnp.float32),
-            terminated=false,
-            truncated=false,
-            final_obs=obs,
-        )
+        return state, obs
 
     def step(self, key, state, action, params):
-        if self._continuous:
+        if isinstance(self._action_spec, BoundedActionSpec):
             action = jnp.asarray(action, jnp.float32)
         obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
         terminated = jnp.asarray(terminated, bool)
@@ -156,6 +123,3 @@ class GymnaxEnvironment:
             truncated=truncated,
             final_obs=info["final_observation"],
         )
-
-    def __repr__(self) -> str:
-        return f"GymnaxEnvironment({self.id!r})"

@@ -55,10 +55,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.envs import suites
+from podracer.envs.jax import base
 from podracer.errors import ConfigValueError
-from podracer.types import ACTION_MASK, DiscreteActionSpec, ObservationSpec, TimeStep
-from podracer.util.ops import vary_as
+from podracer.types import ACTION_MASK, DiscreteActionSpec, ObservationSpec
 
 PREFIX = "jumanji:"
 
@@ -90,9 +89,9 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> JumanjiEnvironment:
     """``jumanji:<name>`` with Jumanji's keyword arguments (``time_limit``, ...)."""
-    jumanji = suites.require("jumanji", env_id)
+    jumanji = base.require("jumanji", env_id)
     name = env_id.removeprefix(PREFIX)
-    suites.check_name(env_id, name, names(), PREFIX)
+    base.check_name(env_id, name, names(), PREFIX)
     return JumanjiEnvironment(env_id, jumanji.make(name, **kwargs))
 
 
@@ -108,17 +107,18 @@ def to_dict(obs: Any) -> Any:
     return obs
 
 
-class JumanjiEnvironment:
+class JumanjiEnvironment(base.Adapter):
     """A Jumanji environment with one discrete action, auto-resetting at the step that ends an
     episode (``jumanji_env`` may be a ``jumanji.wrappers.Wrapper``)."""
 
     check_vma = False  # some of Jumanji's code fails a checked shard_map (the module's docstring)
+    library = "Jumanji"
+    vary_reset = True  # a fresh state's step count of 0 varies as the key does, as a step's
 
-    def __init__(self, env_id: str, jumanji_env: Any):
+    def _specs(self, params: Any) -> tuple[Any, DiscreteActionSpec]:
         from jumanji import specs
 
-        self.id = env_id
-        self._env = jumanji_env
+        env_id, jumanji_env = self.id, self._env
         action_spec = jumanji_env.action_spec
         if not isinstance(action_spec, specs.DiscreteArray):
             raise ConfigValueError(
@@ -127,7 +127,7 @@ class JumanjiEnvironment:
                 "action (a Jumanji DiscreteArray action spec)"
             )
         self._action_dtype = jnp.dtype(action_spec.dtype)
-        self._action_spec = DiscreteActionSpec(int(action_spec.num_values))
+        num_actions = int(action_spec.num_values)
         reward_shape = tuple(jumanji_env.reward_spec.shape)
         if reward_shape != ():
             raise ConfigValueError(
@@ -135,69 +135,35 @@ class JumanjiEnvironment:
                 "agents take one scalar reward a step (a single-agent environment)"
             )
         _, first = jax.eval_shape(jumanji_env.reset, jax.random.key(0))
-        self._obs_spec = suites.observation_spec_of(to_dict(first.observation))
-        mask = self._obs_spec.get(ACTION_MASK) if isinstance(self._obs_spec, dict) else None
-        expected = ObservationSpec((self._action_spec.num_actions,), jnp.dtype(bool))
+        obs_spec = base.observation_spec_of(to_dict(first.observation))
+        mask = obs_spec.get(ACTION_MASK) if isinstance(obs_spec, dict) else None
+        expected = ObservationSpec((num_actions,), jnp.dtype(bool))
         if mask is not None and mask != expected:
             raise ConfigValueError(
                 f"environment {env_id!r} has an action_mask of shape {mask.shape} "
-                f"({mask.dtype}), not [{self._action_spec.num_actions}] bool: podracer's "
+                f"({mask.dtype}), not [{num_actions}] bool: podracer's "
                 "discrete agents take one discrete action"
             )
+        return obs_spec, DiscreteActionSpec(num_actions)
 
-    @property
-    def default_params(self) -> Any:
-        return ()
-
-    @property
-    def observation_spec(self) -> Any:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> DiscreteActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self) -> Any:
-        """The Jumanji environment underneath."""
-        return self._env
-
-    def reset(self, key, params):
-        del params
-        state, timestep = suites.traced(self.id, "Jumanji", self._env.reset, key)
-        obs = to_dict(timestep.observation)
-        false = jnp.zeros((), bool)
-        timestep = TimeStep(
-            obs=obs,
-            reward=jnp.zeros((), jnp.float32),
-            terminated=false,
-            truncated=false,
-            final_obs=obs,
-        )
-        # Inside shard_map, the constants of a fresh state (a step count of 0) vary over the
-        # device axes as the key does, as every step's state does: a scan's carry keeps its type.
-        return vary_as((state, timestep), key)
+    def _reset(self, key, params):
+        state, timestep = self._traced(self._env.reset, key)
+        return state, to_dict(timestep.observation)
 
     def step(self, key, state, action, params):
         del params
         _, reset_key = jax.random.split(key)  # the step key: Jumanji's step takes none
         action = jnp.asarray(action, self._action_dtype)
-        stepped, timestep = suites.traced(self.id, "Jumanji", self._env.step, state, action)
+        stepped, timestep = self._traced(self._env.step, state, action)
         last = timestep.step_type == _LAST
         terminated = last & (timestep.discount == 0)
         truncated = last & ~terminated
-        fresh, first = suites.traced(self.id, "Jumanji", self._env.reset, reset_key)
-        final_obs = to_dict(timestep.observation)
-        state, obs = suites.select_tree(
-            last, (fresh, to_dict(first.observation)), (stepped, final_obs)
+        fresh, first = self._traced(self._env.reset, reset_key)
+        return self._auto_reset(
+            last,
+            (fresh, to_dict(first.observation)),
+            (stepped, to_dict(timestep.observation)),
+            timestep.reward,
+            terminated,
+            truncated,
         )
-        return state, TimeStep(
-            obs=obs,
-            reward=jnp.asarray(timestep.reward, jnp.float32),
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=final_obs,
-        )
-
-    def __repr__(self) -> str:
-        return f"JumanjiEnvironment({self.id!r})"

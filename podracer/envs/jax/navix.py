@@ -45,8 +45,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.envs import suites
-from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+from podracer.envs.jax import base
+from podracer.types import DiscreteActionSpec
 
 PREFIX = "navix:"
 
@@ -106,70 +106,39 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> NavixEnvironment:
     """``navix:<name>`` with NAVIX's keyword arguments (``max_steps``, ``observation_fn``, ...)."""
-    navix = suites.require("navix", env_id)
+    navix = base.require("navix", env_id)
     name = env_id.removeprefix(PREFIX)
-    suites.check_name(env_id, name, names(), PREFIX)
+    base.check_name(env_id, name, names(), PREFIX)
     return NavixEnvironment(env_id, navix.make(name, **kwargs))
 
 
-class NavixEnvironment:
+class NavixEnvironment(base.Adapter):
     """A NAVIX environment, auto-resetting at the step that ends an episode."""
 
     check_vma = False  # NAVIX's lax.conds fail a checked shard_map (the module's docstring)
+    library = "NAVIX"
 
-    def __init__(self, env_id: str, navix_env: Any):
-        self.id = env_id
-        self._env = navix_env
-        first = jax.eval_shape(navix_env.reset, jax.random.key(0))
-        self._obs_spec = suites.observation_spec_of(first.observation)
-        self._action_spec = DiscreteActionSpec(len(navix_env.action_set))
+    def _specs(self, params: Any) -> tuple[Any, DiscreteActionSpec]:
+        first = jax.eval_shape(self._env.reset, jax.random.key(0))
+        action_spec = DiscreteActionSpec(len(self._env.action_set))
+        return base.observation_spec_of(first.observation), action_spec
 
-    @property
-    def default_params(self) -> Any:
-        return ()
-
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> DiscreteActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self) -> Any:
-        """The NAVIX environment underneath."""
-        return self._env
-
-    def reset(self, key, params):
-        del params
+    def _reset(self, key, params):
         timestep = self._env.reset(key)
-        false = jnp.zeros((), bool)
-        return timestep, TimeStep(
-            obs=timestep.observation,
-            reward=jnp.zeros((), jnp.float32),
-            terminated=false,
-            truncated=false,
-            final_obs=timestep.observation,
-        )
+        return timestep, timestep.observation
 
     def step(self, key, state, action, params):
         del params
         _, reset_key = jax.random.split(key)  # the step key: NAVIX's step takes none
-        stepped = suites.traced(
-            self.id, "NAVIX", self._env._step, state, jnp.asarray(action, jnp.int32)
-        )
+        stepped = self._traced(self._env._step, state, jnp.asarray(action, jnp.int32))
         terminated = stepped.step_type == 2  # navix StepType.TERMINATION
         truncated = (stepped.step_type == 1) & ~terminated  # StepType.TRUNCATION
-        done = terminated | truncated
-        state = suites.select_tree(done, self._env.reset(reset_key), stepped)
-        return state, TimeStep(
-            obs=state.observation,
-            reward=jnp.asarray(stepped.reward, jnp.float32),
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=stepped.observation,
+        fresh = self._env.reset(reset_key)
+        return self._auto_reset(
+            terminated | truncated,
+            (fresh, fresh.observation),
+            (stepped, stepped.observation),
+            stepped.reward,
+            terminated,
+            truncated,
         )
-
-    def __repr__(self) -> str:
-        return f"NavixEnvironment({self.id!r})"

@@ -50,10 +50,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from podracer.envs import suites
+from podracer.envs.jax import base
 from podracer.errors import ConfigValueError
-from podracer.types import ACTION_MASK, DiscreteActionSpec, TimeStep
-from podracer.util.ops import vary_as
+from podracer.types import ACTION_MASK, DiscreteActionSpec
 
 PREFIX = "pgx:"
 
@@ -79,9 +78,9 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> PgxEnvironment:
     """``pgx:<name>`` with the game's keyword arguments and ``max_episode_steps``."""
-    pgx = suites.require("pgx", env_id)
+    pgx = base.require("pgx", env_id)
     name = env_id.removeprefix(PREFIX)
-    suites.check_name(env_id, name, names(), PREFIX)
+    base.check_name(env_id, name, names(), PREFIX)
     max_episode_steps = kwargs.pop("max_episode_steps", None)
     game = pgx.make(name)
     if game.num_players != 1:
@@ -98,81 +97,53 @@ def make(env_id: str, **kwargs: Any) -> PgxEnvironment:
     return PgxEnvironment(env_id, game, max_episode_steps=max_episode_steps)
 
 
-class PgxEnvironment:
+class PgxEnvironment(base.Adapter):
     """A single-player pgx game, auto-resetting at the step that ends an episode, with an
     optional time limit (``max_episode_steps``)."""
 
     check_vma = False  # pgx's code fails a checked shard_map (the module's docstring)
+    library = "pgx"
+    vary_reset = True  # a fresh state's step count of 0 varies as the key does, as a step's
 
     def __init__(self, env_id: str, game: Any, *, max_episode_steps: int | None = None):
         if max_episode_steps is not None and int(max_episode_steps) < 1:
             raise ConfigValueError(
                 f"environment {env_id!r}: max_episode_steps={max_episode_steps} must be >= 1"
             )
-        self.id = env_id
-        self._env = game
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
-        first = jax.eval_shape(game.init, jax.random.key(0))
-        self._obs_spec = suites.observation_spec_of(self._observe(first))
-        self._action_spec = DiscreteActionSpec(int(first.legal_action_mask.shape[0]))
+        super().__init__(env_id, game)
+
+    def _specs(self, params: Any) -> tuple[Any, DiscreteActionSpec]:
+        first = jax.eval_shape(self._env.init, jax.random.key(0))
+        action_spec = DiscreteActionSpec(int(first.legal_action_mask.shape[0]))
+        return base.observation_spec_of(self._observe(first)), action_spec
 
     @staticmethod
     def _observe(state: Any) -> dict[str, Any]:
         return {"observation": state.observation, ACTION_MASK: state.legal_action_mask}
 
-    @property
-    def default_params(self) -> Any:
-        return ()
-
-    @property
-    def observation_spec(self) -> Any:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> DiscreteActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self) -> Any:
-        """The pgx game underneath."""
-        return self._env
-
-    def reset(self, key, params):
-        del params
-        state = suites.traced(self.id, "pgx", self._env.init, key)
-        obs = self._observe(state)
-        false = jnp.zeros((), bool)
-        timestep = TimeStep(
-            obs=obs,
-            reward=jnp.zeros((), jnp.float32),
-            terminated=false,
-            truncated=false,
-            final_obs=obs,
-        )
-        # Inside shard_map, the constants of a fresh state (a step count of 0) vary over the
-        # device axes as the key does, as every step's state does: a scan's carry keeps its type.
-        return vary_as((state, timestep), key)
+    def _reset(self, key, params):
+        state = self._traced(self._env.init, key)
+        return state, self._observe(state)
 
     def step(self, key, state, action, params):
         del params
         step_key, reset_key = jax.random.split(key)
         action = jnp.asarray(action, jnp.int32)
-        stepped = suites.traced(self.id, "pgx", self._env.step, state, action, step_key)
+        stepped = self._traced(self._env.step, state, action, step_key)
         terminated = jnp.asarray(stepped.terminated, bool)
         truncated = jnp.asarray(stepped.truncated, bool)
         if self.max_episode_steps is not None:
             truncated = truncated | (stepped._step_count >= self.max_episode_steps)
         truncated = truncated & ~terminated
-        done = terminated | truncated
-        final_obs = self._observe(stepped)
-        fresh = suites.traced(self.id, "pgx", self._env.init, reset_key)
-        state = suites.select_tree(done, fresh, stepped)
-        return state, TimeStep(
-            obs=self._observe(state),
-            reward=jnp.asarray(stepped.rewards[0], jnp.float32),
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=final_obs,
+        fresh = self._traced(self._env.init, reset_key)
+        return self._auto_reset(
+            terminated | truncated,
+            (fresh, self._observe(fresh)),
+            (stepped, self._observe(stepped)),
+            stepped.rewards[0],
+            terminated,
+            truncated,
         )
 
     def __repr__(self) -> str:

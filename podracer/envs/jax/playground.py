@@ -29,7 +29,7 @@ environments of Playground's registry (:func:`names`: ``playground:CartpoleBalan
 - ``observation_key`` (default ``"state"``): for the environments whose observation is a dict
   (the locomotion tasks: ``{"state": ..., "privileged_state": ...}``, the second for an
   asymmetric critic), the entry the agent gets, as an array; ``None`` gives the whole dict
-  (a dict observation, :func:`~podracer.envs.suites.observation_spec_of`). Environments with an
+  (a dict observation, :func:`~podracer.envs.jax.base.observation_spec_of`). Environments with an
   array observation ignore it.
 
 Observations are f32 arrays ``[observation_size]`` (or the dict above). Actions are continuous:
@@ -71,13 +71,12 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from podracer.envs import suites
+from podracer.envs.jax import base
 from podracer.errors import ConfigValueError
-from podracer.types import BoundedActionSpec, TimeStep
+from podracer.types import BoundedActionSpec
 
 PREFIX = "playground:"
 
@@ -127,9 +126,9 @@ def names() -> tuple[str, ...]:
 def make(env_id: str, **kwargs: Any) -> PlaygroundEnvironment:
     """``playground:<name>`` with the options of the module docstring (``episode_length``,
     ``action_repeat``, ``config_overrides``, ``impl``, ``observation_key``)."""
-    suites.require("mujoco_playground", env_id)
+    base.require("mujoco_playground", env_id)
     name = env_id.removeprefix(PREFIX)
-    suites.check_name(env_id, name, names(), PREFIX)
+    base.check_name(env_id, name, names(), PREFIX)
     return PlaygroundEnvironment(env_id, **kwargs)
 
 
@@ -142,23 +141,20 @@ class PlaygroundState:
     steps: jax.Array  # i32 []
 
 
-def _strong(tree: Any) -> Any:
-    """Every leaf a (not weakly typed) array, so reset's and step's states have one type."""
-    return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), tree)
-
-
 def _select(done: jax.Array, on_done: Any, otherwise: Any) -> Any:
-    """:func:`suites.select_tree`, each leaf in ``otherwise`` 's dtype."""
-    picked = suites.select_tree(done, on_done, otherwise)
+    """:func:`base.select_tree`, each leaf in ``otherwise`` 's dtype."""
+    picked = base.select_tree(done, on_done, otherwise)
     return jax.tree.map(
         lambda p, o: p if p.dtype == o.dtype else p.astype(o.dtype), picked, otherwise
     )
 
 
-class PlaygroundEnvironment:
+class PlaygroundEnvironment(base.PhysicsAdapter):
     """One Playground environment with podracer's ``TimeStep`` (see the module docstring)."""
 
     check_vma = False  # MJX's solver and Playground's loops fail a checked shard_map
+    library = "MuJoCo Playground"
+    state_class = PlaygroundState
 
     def __init__(
         self,
@@ -205,17 +201,17 @@ class PlaygroundEnvironment:
                 f"{env_id}: episode_length and action_repeat must be at least 1 (got "
                 f"{self.episode_length} and {self.action_repeat})"
             )
-        self.id = env_id
         self.impl = str(config.impl)
         self.observation_key = observation_key
         _check_menagerie(env_id, name)
-        self._env = registry.load(name, config_overrides=overrides)
+        super().__init__(env_id, registry.load(name, config_overrides=overrides))
 
+    def _specs(self, params: Any) -> tuple[Any, BoundedActionSpec]:
         obs = jax.eval_shape(self._env.reset, jax.random.key(0)).obs
-        self._obs_spec = suites.observation_spec_of(self._observation(obs))
         size = int(self._env.action_size)
         low, high = np.full(size, -1.0, np.float32), np.full(size, 1.0, np.float32)
-        self._action_spec = BoundedActionSpec((size,), low, high, "float32")
+        action_spec = BoundedActionSpec((size,), low, high, "float32")
+        return base.observation_spec_of(self._observation(obs)), action_spec
 
     def _observation(self, obs: Any) -> Any:
         """The agent's observation of Playground's (an array, or a dict's entry or whole)."""
@@ -228,76 +224,17 @@ class PlaygroundEnvironment:
             )
         return obs[self.observation_key]
 
-    @property
-    def default_params(self) -> Any:
-        return ()
-
-    @property
-    def observation_spec(self) -> Any:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> BoundedActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self) -> Any:
-        """The Playground environment underneath."""
-        return self._env
-
-    def _reset(self, key) -> Any:
-        return _strong(suites.traced(self.id, "MuJoCo Playground", self._env.reset, key))
+    def _fresh(self, key) -> Any:
+        return base.strong(self._traced(self._env.reset, key))
 
     def _step_once(self, env_state: Any, action: jax.Array) -> Any:
         # A copy of the state's containers: Playground's steps write into state.info and
         # state.metrics, which must stay the previous state's when a repeat is frozen.
         env_state = jax.tree.map(lambda x: x, env_state)
-        return _strong(
-            suites.traced(self.id, "MuJoCo Playground", self._env.step, env_state, action)
-        )
+        return base.strong(self._traced(self._env.step, env_state, action))
 
-    def _step(self, env_state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
-        """Steps Playground ``action_repeat`` times; the state and the summed reward."""
-        if self.action_repeat == 1:
-            stepped = self._step_once(env_state, action)
-            return stepped, jnp.asarray(stepped.reward, jnp.float32)
-
-        def repeat(carry, _):
-            state, total, ended = carry
-            stepped = self._step_once(state, action)
-            total = total + jnp.where(ended, 0.0, stepped.reward).astype(jnp.float32)
-            stepped = _select(ended, state, stepped)  # frozen after a termination
-            return (stepped, total, ended | (stepped.done > 0)), None
-
-        start = (env_state, jnp.zeros((), jnp.float32), jnp.zeros((), bool))
-        (env_state, total, _), _ = jax.lax.scan(repeat, start, None, self.action_repeat)
-        return env_state, total
-
-    def reset(self, key, params=()):
-        del params
-        env_state = self._reset(key)
-        obs = self._observation(env_state.obs)
-        false = jnp.zeros((), bool)
-        state = PlaygroundState(env_state, jnp.zeros((), jnp.int32))
-        timestep = TimeStep(obs, jnp.zeros((), jnp.float32), false, false, obs)
-        return state, timestep
-
-    def step(self, key, state: PlaygroundState, action, params=()):
-        del params
-        _, reset_key = jax.random.split(key)  # the step key: Playground's step takes none
-        stepped, reward = self._step(state.env_state, jnp.asarray(action, jnp.float32))
-        steps = state.steps + self.action_repeat
-        terminated = jnp.asarray(stepped.done > 0, bool)
-        truncated = ~terminated & (steps >= self.episode_length)
-        done = terminated | truncated
-        env_state = _select(done, self._reset(reset_key), stepped)
-        steps = jnp.where(done, 0, steps).astype(jnp.int32)
-        obs = self._observation(env_state.obs)
-        timestep = TimeStep(obs, reward, terminated, truncated, self._observation(stepped.obs))
-        return PlaygroundState(env_state, steps), timestep
-
-    def __repr__(self) -> str:
-        return f"PlaygroundEnvironment({self.id!r})"
+    def _select(self, done: jax.Array, on_done: Any, otherwise: Any) -> Any:
+        return _select(done, on_done, otherwise)
 
 
 def _check_menagerie(env_id: str, name: str) -> None:

@@ -59,16 +59,14 @@ one-line :class:`~podracer.errors.ConfigValueError` that says so.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from podracer.envs import suites
+from podracer.envs.jax import base
 from podracer.errors import ConfigValueError
-from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
-from podracer.util.ops import vary_as
+from podracer.types import DiscreteActionSpec, ObservationSpec
 
 PREFIX = "popgym_arcade:"
 
@@ -101,7 +99,7 @@ OBS_SIZES = (128, 256)
 def _require(env_id: str) -> Any:
     """``import popgym_arcade``, or the one-line error that says how it is installed."""
     try:
-        return suites.require("popgym_arcade", env_id)
+        return base.require("popgym_arcade", env_id)
     except ConfigValueError as error:
         raise ConfigValueError(
             f"environment id {env_id!r} needs the popgym_arcade library, which is not "
@@ -123,7 +121,7 @@ def make(env_id: str, **kwargs: Any) -> PopGymArcadeEnvironment:
     ``partial_obs``, ...)."""
     popgym_arcade = _require(env_id)
     name = env_id.removeprefix(PREFIX)
-    suites.check_name(env_id, name, names(), PREFIX)
+    base.check_name(env_id, name, names(), PREFIX)
     obs_size = kwargs.get("obs_size", OBS_SIZES[0])
     if obs_size not in OBS_SIZES:
         raise ConfigValueError(
@@ -137,14 +135,15 @@ def make(env_id: str, **kwargs: Any) -> PopGymArcadeEnvironment:
     return PopGymArcadeEnvironment(env_id, game, params)
 
 
-class PopGymArcadeEnvironment:
+class PopGymArcadeEnvironment(base.Adapter):
     """A POPGym Arcade environment driven through its ``step_env`` / ``reset_env``,
     auto-resetting at the step that ends an episode."""
 
     check_vma = False  # POPGym Arcade's code fails a checked shard_map (the module's docstring)
+    library = "POPGym Arcade"
+    vary_reset = True  # a fresh state's step count of 0 varies as the key does, as a step's
 
     def __init__(self, env_id: str, game: Any, params: Any):
-        from gymnax.environments import spaces
         from gymnax.environments.environment import Environment
 
         cls = type(game)
@@ -152,62 +151,31 @@ class PopGymArcadeEnvironment:
             cls.is_terminated is Environment.is_terminated
         ):  # gymnax 1.0's discount calls is_terminated; stable-gymnax's calls is_terminal
             game.is_terminated = game.is_terminal
-        self.id = env_id
-        self._env = game
-        self._default_params = params
         self._time_limit_in_terminated = cls.__name__.startswith(TIME_LIMIT_IN_TERMINATED)
-        action_space = game.action_space(params)
+        super().__init__(env_id, game, params)
+
+    def _specs(self, params: Any) -> tuple[ObservationSpec, DiscreteActionSpec]:
+        from gymnax.environments import spaces
+
+        action_space = self._env.action_space(params)
         if not isinstance(action_space, spaces.Discrete):
             raise ConfigValueError(
-                f"environment {env_id!r} has a {type(action_space).__name__} action space: "
+                f"environment {self.id!r} has a {type(action_space).__name__} action space: "
                 "podracer's adapter takes POPGym Arcade's discrete ones"
             )
-        self._action_spec = DiscreteActionSpec(int(action_space.n))
-        obs, _ = jax.eval_shape(game.reset_env, jax.random.key(0), params)
-        self._obs_spec = ObservationSpec(tuple(obs.shape), jnp.dtype(obs.dtype))
+        obs, _ = jax.eval_shape(self._env.reset_env, jax.random.key(0), params)
+        obs_spec = ObservationSpec(tuple(obs.shape), jnp.dtype(obs.dtype))
+        return obs_spec, DiscreteActionSpec(int(action_space.n))
 
-    @property
-    def default_params(self) -> Any:
-        return self._default_params
-
-    def with_params(self, params: Any) -> PopGymArcadeEnvironment:
-        """This environment with ``params`` as its ``default_params`` (``--env-param``)."""
-        env = copy.copy(self)
-        env._default_params = params
-        return env
-
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> DiscreteActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self) -> Any:
-        """The POPGym Arcade environment underneath."""
-        return self._env
-
-    def reset(self, key, params):
-        obs, state = suites.traced(self.id, "POPGym Arcade", self._env.reset_env, key, params)
-        false = jnp.zeros((), bool)
-        timestep = TimeStep(
-            obs=obs,
-            reward=jnp.zeros((), jnp.float32),
-            terminated=false,
-            truncated=false,
-            final_obs=obs,
-        )
-        # Inside shard_map, the constants of a fresh state (a step count of 0) vary over the
-        # device axes as the key does, as every step's state does: a scan's carry keeps its type.
-        return vary_as((state, timestep), key)
+    def _reset(self, key, params):
+        obs, state = self._traced(self._env.reset_env, key, params)
+        return state, obs
 
     def step(self, key, state, action, params):
         step_key, reset_key = jax.random.split(key)
         action = jnp.asarray(action, jnp.int32)
-        obs, stepped, reward, done, info = suites.traced(
-            self.id, "POPGym Arcade", self._env.step_env, step_key, state, action, params
+        obs, stepped, reward, done, info = self._traced(
+            self._env.step_env, step_key, state, action, params
         )
         truncated = jnp.asarray(info["truncated"], bool)
         terminated = jnp.asarray(info["terminated"], bool)
@@ -215,19 +183,8 @@ class PopGymArcadeEnvironment:
             terminated = terminated & ~truncated
         terminated = terminated | (jnp.asarray(done, bool) & ~truncated)
         truncated = truncated & ~terminated
-        fresh_obs, fresh = suites.traced(
-            self.id, "POPGym Arcade", self._env.reset_env, reset_key, params
+        fresh_obs, fresh = self._traced(self._env.reset_env, reset_key, params)
+        done = terminated | truncated
+        return self._auto_reset(
+            done, (fresh, fresh_obs), (stepped, obs), reward, terminated, truncated
         )
-        state, next_obs = suites.select_tree(
-            terminated | truncated, (fresh, fresh_obs), (stepped, obs)
-        )
-        return state, TimeStep(
-            obs=next_obs,
-            reward=jnp.asarray(reward, jnp.float32),
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=obs,
-        )
-
-    def __repr__(self) -> str:
-        return f"PopGymArcadeEnvironment({self.id!r})"

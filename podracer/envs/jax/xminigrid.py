@@ -44,16 +44,13 @@ unchecked, where the step gives the values of ``jit`` / ``vmap`` (tested); in a 
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from podracer.envs import suites
-from podracer.errors import ConfigValueError
-from podracer.types import DiscreteActionSpec, ObservationSpec, TimeStep
+from podracer.envs.jax import base
+from podracer.types import DiscreteActionSpec
 
 PREFIX = "xminigrid:"
 
@@ -118,87 +115,42 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> XMiniGridEnvironment:
     """``xminigrid:<name>``, with fields of its ``EnvParams`` as keyword arguments."""
-    xminigrid = suites.require("xminigrid", env_id)
+    xminigrid = base.require("xminigrid", env_id)
     name = env_id.removeprefix(PREFIX)
-    suites.check_name(env_id, name, names(), PREFIX)
+    base.check_name(env_id, name, names(), PREFIX)
     env, params = xminigrid.make(name)
-    fields = {field.name for field in dataclasses.fields(params)}
-    unknown = sorted(set(kwargs) - fields)
-    if unknown:
-        raise ConfigValueError(
-            f"{env_id}: {', '.join(unknown)} not among xminigrid's parameters of "
-            f"{type(params).__name__}: {', '.join(sorted(fields))}"
-        )
-    return XMiniGridEnvironment(env_id, env, params.replace(**kwargs))
+    return XMiniGridEnvironment(
+        env_id, env, base.replace_fields(env_id, "xminigrid", params, kwargs)
+    )
 
 
-class XMiniGridEnvironment:
+class XMiniGridEnvironment(base.Adapter):
     """An xminigrid environment, auto-resetting at the step that ends an episode."""
 
     check_vma = False  # xminigrid's lax.conds fail a checked shard_map (the module's docstring)
+    library = "xminigrid"
 
-    def __init__(self, env_id: str, xminigrid_env: Any, params: Any):
-        self.id = env_id
-        self._env = xminigrid_env
-        self._set_params(params)
-
-    def _set_params(self, params: Any) -> None:
-        self._params = params
+    def _specs(self, params: Any) -> tuple[Any, DiscreteActionSpec]:
         first = jax.eval_shape(lambda key: self._env.reset(params, key), jax.random.key(0))
-        self._obs_spec = suites.observation_spec_of(first.observation)
-        self._action_spec = DiscreteActionSpec(int(self._env.num_actions(params)))
+        action_spec = DiscreteActionSpec(int(self._env.num_actions(params)))
+        return base.observation_spec_of(first.observation), action_spec
 
-    @property
-    def default_params(self) -> Any:
-        return self._params
-
-    def with_params(self, params: Any) -> XMiniGridEnvironment:
-        """This environment with ``params`` as its ``default_params``, its specs computed from
-        them."""
-        env = copy.copy(self)
-        env._set_params(params)
-        return env
-
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> DiscreteActionSpec:
-        return self._action_spec
-
-    @property
-    def unwrapped(self) -> Any:
-        """The xminigrid environment underneath."""
-        return self._env
-
-    def reset(self, key, params):
+    def _reset(self, key, params):
         timestep = self._env.reset(params, key)
-        false = jnp.zeros((), bool)
-        return timestep, TimeStep(
-            obs=timestep.observation,
-            reward=jnp.zeros((), jnp.float32),
-            terminated=false,
-            truncated=false,
-            final_obs=timestep.observation,
-        )
+        return timestep, timestep.observation
 
     def step(self, key, state, action, params):
         _, reset_key = jax.random.split(key)  # the step key: xminigrid's step takes none
-        stepped = suites.traced(
-            self.id, "xminigrid", self._env.step, params, state, jnp.asarray(action, jnp.int32)
-        )
+        stepped = self._traced(self._env.step, params, state, jnp.asarray(action, jnp.int32))
         last = stepped.step_type == _LAST
         terminated = last & (stepped.discount == 0)
         truncated = last & ~terminated
-        state = suites.select_tree(last, self._env.reset(params, reset_key), stepped)
-        return state, TimeStep(
-            obs=state.observation,
-            reward=jnp.asarray(stepped.reward, jnp.float32),
-            terminated=terminated,
-            truncated=truncated,
-            final_obs=stepped.observation,
+        fresh = self._env.reset(params, reset_key)
+        return self._auto_reset(
+            last,
+            (fresh, fresh.observation),
+            (stepped, stepped.observation),
+            stepped.reward,
+            terminated,
+            truncated,
         )
-
-    def __repr__(self) -> str:
-        return f"XMiniGridEnvironment({self.id!r})"
