@@ -3,7 +3,8 @@ writes them)::
 
     config.json        the full resolved RunSpec (podracer.runs.training.load_spec)
     metrics.jsonl      "train" and "eval" records (podracer.runs.logging)
-    leaderboard.jsonl  a population's "leaderboard" records (podracer.population.tournament)
+    leaderboard.jsonl  a population's "leaderboard" records (podracer.population.ensemble)
+                       or an elastic run's, one per pod report (podracer.runs.leaderboard)
     results.json       a sweep's members and table (podracer.experiments.sweep)
     backtest_<period>.json, .png   a trading run's backtest (podracer.cli.backtest)
     tb/                TensorBoard events
