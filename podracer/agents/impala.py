@@ -150,23 +150,16 @@ def make_outputs(network, net):
     def outputs(params, batch: IMPALABatch):
         """``policy, v_tm1 [B, T]`` and the values of ``bootstrap_obs`` (under a
         stop-gradient)."""
-        num_seqs, num_steps = batch.reward.shape
-
-        def flat(x):
-            return x.reshape(num_seqs * num_steps, *x.shape[2:])
-
-        def unflat(x):
-            return x.reshape(num_seqs, num_steps, *x.shape[1:])
-
+        shape = batch.reward.shape  # [B, T]
         if net is not None:  # the sequence re-run from each window's first carry
             carries, (policy, v_tm1) = memory.unroll_batch(net, params, batch.sequences, batch.obs)
             outputs = (policy, v_tm1)
             _, v_t = memory.bootstrap_outputs(
                 net, params, carries, batch.bootstrap_obs, outputs, batch.truncated, time_axis=1
             )
-            return jax.tree.map(flat, policy), v_tm1, jax.lax.stop_gradient(v_t)
-        policy, v_tm1 = network.apply(params, jax.tree.map(flat, batch.obs))
-        v_tm1 = unflat(v_tm1)
+            return memory.merge_leading_axes(policy), v_tm1, jax.lax.stop_gradient(v_t)
+        policy, v_tm1 = network.apply(params, memory.merge_leading_axes(batch.obs))
+        v_tm1 = memory.split_leading_axis(v_tm1, shape)
         v_t = jax.lax.stop_gradient(
             bootstrap_values(
                 functools.partial(network.apply, method=ActorCritic.value),
@@ -189,17 +182,12 @@ def make_loss(config: IMPALAConfig, head, outputs):
 
     def loss(params, batch: IMPALABatch, key):
         del key
-        num_seqs, num_steps = batch.reward.shape
-
-        def flat(x):
-            return x.reshape(num_seqs * num_steps, *x.shape[2:])
-
-        def unflat(x):
-            return x.reshape(num_seqs, num_steps, *x.shape[1:])
-
+        shape = batch.reward.shape  # [B, T]
         policy, v_tm1, v_t = outputs(params, batch)
-        log_prob, entropy = head.log_prob_and_entropy(policy, flat(batch.action))
-        log_prob, entropy = unflat(log_prob), unflat(entropy)
+        log_prob, entropy = head.log_prob_and_entropy(
+            policy, memory.merge_leading_axes(batch.action)
+        )
+        log_prob, entropy = memory.split_leading_axis((log_prob, entropy), shape)
         log_rho = log_prob - batch.behaviour_log_prob
         rho = jnp.exp(log_rho)
 

@@ -75,6 +75,7 @@ from podracer.agents.muzero_model import (
 )
 from podracer.agents.optim import clipped_adam
 from podracer.agents.spec import AgentSpec, Space, num_actions
+from podracer.core import memory
 from podracer.core.learner.buffers import ReplayFields
 from podracer.core.learner.replay import Replay, ReplayBatch, n_step_targets
 from podracer.errors import ConfigError
@@ -342,11 +343,6 @@ def step_item(actions: int):
     return item
 
 
-def _flat(x):
-    """``x [b, W, ...]`` as ``[b * W, ...]``."""
-    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
-
-
 def make_targets(config: MuZeroConfig, model: Model, search):
     """``targets_of(target_params, steps [b, W], key, reanalyse) -> (value [b, K + 1], policy
     [b, K + 1, A], Targets)``: the n-step value targets bootstrapped from the target network,
@@ -362,13 +358,14 @@ def make_targets(config: MuZeroConfig, model: Model, search):
         rows = jnp.arange(b)[:, None]
         boot_obs = jax.tree.map(lambda x: x[rows, targets.bootstrap_index], steps.bootstrap_obs)
         _, boot_value_logits = model.predict(
-            target_params, model.represent(target_params, jax.tree.map(_flat, boot_obs))
+            target_params, model.represent(target_params, memory.merge_leading_axes(boot_obs))
         )
         boot_value = logits_to_scalar(boot_value_logits, config.support_size).reshape(b, k + 1)
         value = targets.value + targets.discount * boot_value
         policy = steps.search_policy[:, : k + 1]
         if reanalyse:
-            obs = jax.tree.map(lambda x: _flat(x[:reanalyse, : k + 1]), steps.obs)
+            first = jax.tree.map(lambda x: x[:reanalyse, : k + 1], steps.obs)
+            obs = memory.merge_leading_axes(first)
             fresh = search(target_params, obs, key).weights.reshape(reanalyse, k + 1, -1)
             policy = policy.at[:reanalyse].set(fresh)
         return jax.lax.stop_gradient(value), jax.lax.stop_gradient(policy), targets

@@ -121,11 +121,14 @@ def episode_starts(terminated, truncated) -> jax.Array:
     return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]], axis=0)
 
 
-def _flat(tree, dims: int):
-    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[dims:]), tree)
+def merge_leading_axes(tree, count: int = 2):
+    """Every leaf's first ``count`` axes merged into one: ``[T, B, ...] -> [T * B, ...]``."""
+    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[count:]), tree)
 
 
-def _unflat(tree, shape: tuple[int, ...]):
+def split_leading_axis(tree, shape: tuple[int, ...]):
+    """Every leaf's first axis split into ``shape``: ``[T * B, ...] -> [T, B, ...]`` (the
+    inverse of :func:`merge_leading_axes`)."""
     return jax.tree.map(lambda x: x.reshape(*shape, *x.shape[1:]), tree)
 
 
@@ -149,12 +152,12 @@ def unroll(net: Recurrent, params, carry, obs, starts, cuts=None, *, time_unroll
       the heads' outputs ``[T, B, ...]``.
     """
     num_steps, num_envs = starts.shape
-    x = _unflat(net.embed(params, _flat(obs, 2)), (num_steps, num_envs))
+    x = split_leading_axis(net.embed(params, merge_leading_axes(obs, 2)), (num_steps, num_envs))
     if net.sequence is None:
         carries, h = scan_core(net, params, carry, x, starts, cuts, time_unroll=time_unroll)
     else:
         carries, h = net.sequence(params, carry, x, starts, cuts)
-    outputs = _unflat(net.heads(params, _flat(h, 2)), (num_steps, num_envs))
+    outputs = split_leading_axis(net.heads(params, merge_leading_axes(h, 2)), (num_steps, num_envs))
     return carries, net.mask(outputs, split_action_mask(obs)[1])
 
 

@@ -16,22 +16,30 @@ import jax.numpy as jnp
 from podracer.util.ops import vary_as
 
 
+def _backward_recursion(delta_t, discount_t, trace_t, like):
+    """``x_t = delta_t + discount_t * trace_t * x_{t+1}`` backwards over one stream ``[T]``,
+    from ``x_T = 0``: GAE's advantages and V-trace's errors alike. The carry starts as
+    ``zeros_like(like[0])``, varying over the device axes as ``like`` does (``shard_map``
+    rejects a Python ``0.0`` carry, as in rlax's own scans, that later takes per-device values)."""
+
+    def backward(x_t, xs):
+        delta, discount, trace = xs
+        x_tm1 = delta + discount * trace * x_t
+        return x_tm1, x_tm1
+
+    _, xs = jax.lax.scan(
+        backward, jnp.zeros_like(like[0]), (delta_t, discount_t, trace_t), reverse=True, unroll=16
+    )
+    return xs
+
+
 def _gae_one_stream(r_t, v_tm1, v_t, terminated_t, truncated_t, gamma, lambda_):
     chex.assert_rank([r_t, v_tm1, v_t, terminated_t, truncated_t], 1)
     chex.assert_equal_shape([r_t, v_tm1, v_t, terminated_t, truncated_t])
     discount_t = gamma * (1.0 - terminated_t.astype(v_t.dtype))
     trace_t = lambda_ * (1.0 - (terminated_t | truncated_t).astype(v_t.dtype))
     delta_t = r_t + discount_t * v_t - v_tm1
-
-    def backward(adv_t, xs):
-        delta, discount, trace = xs
-        adv_tm1 = delta + discount * trace * adv_t
-        return adv_tm1, adv_tm1
-
-    _, adv = jax.lax.scan(
-        backward, jnp.zeros_like(v_t[0]), (delta_t, discount_t, trace_t), reverse=True, unroll=16
-    )
-    return adv
+    return _backward_recursion(delta_t, discount_t, trace_t, like=v_t)
 
 
 def gae(
@@ -106,17 +114,8 @@ def _vtrace_one_stream(
     lambda_t = lambda_ * (1.0 - (terminated_t | truncated_t).astype(dtype))  # trace cut
     c_t = lambda_t * jnp.minimum(1.0, rho_tm1)
     delta_t = jnp.minimum(clip_rho, rho_tm1) * (r_t + discount_t * v_t - v_tm1)
-
-    def backward(error_t, xs):
-        delta, discount, c = xs
-        error_tm1 = delta + discount * c * error_t
-        return error_tm1, error_tm1
-
-    # rlax.vtrace's scan starts from a Python 0.0, which shard_map rejects as a carry that does
-    # not vary over the device axis; zeros_like(v_t[0]) varies as v_t does (as in gae).
-    _, errors = jax.lax.scan(
-        backward, jnp.zeros_like(v_t[0]), (delta_t, discount_t, c_t), reverse=True, unroll=16
-    )
+    # (rlax.vtrace's scan starts from a Python 0.0, which shard_map rejects.)
+    errors = _backward_recursion(delta_t, discount_t, c_t, like=v_t)
     if stop_target_gradients:
         errors = jax.lax.stop_gradient(errors + v_tm1) - v_tm1
     # rlax bootstraps q from v_tm1[t + 1], the value of the next episode's first observation

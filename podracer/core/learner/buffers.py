@@ -112,12 +112,9 @@ def prioritised_buffer(config: ReplayFields, sample_batch_size: int) -> Prioriti
 
     def sample(state: PrioritisedState, key):
         weights = powered(state.priorities, alpha)
-        cdf = jnp.cumsum(weights)
-        total = cdf[-1]
-        draws = jax.random.uniform(key, (sample_batch_size,)) * total
-        indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), last_positive(weights))
+        indices, probabilities = draw_proportional(weights, key, sample_batch_size)
         experience = jax.tree.map(lambda x: x[0, indices], state.experience)
-        return PrioritisedSample(experience, indices, weights[indices] / total)
+        return PrioritisedSample(experience, indices, probabilities)
 
     def set_priorities(state: PrioritisedState, indices, priorities):
         return state._replace(
@@ -132,6 +129,17 @@ def powered(priorities: jax.Array, alpha: float) -> jax.Array:
     """``p ** alpha`` where ``p > 0``, and 0 where the slot holds nothing (``0 ** 0`` is 1:
     ``alpha = 0``, uniform sampling, must not sample empty slots)."""
     return jnp.where(priorities > 0, priorities**alpha, 0.0)
+
+
+def draw_proportional(weights: jax.Array, key: jax.Array, count: int):
+    """``(indices i32 [count], probabilities f32 [count])``: ``count`` slots drawn with
+    replacement in proportion to ``weights [N]`` (through their cumulative sum; never a slot of
+    weight 0), and each drawn slot's probability ``w_i / sum_j w_j``."""
+    cdf = jnp.cumsum(weights)
+    total = cdf[-1]
+    draws = jax.random.uniform(key, (count,)) * total
+    indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), last_positive(weights))
+    return indices, weights[indices] / total
 
 
 def last_positive(weights: jax.Array) -> jax.Array:
@@ -300,13 +308,11 @@ def window_buffer(
             weights = powered(weights, config.priority_exponent)
         else:
             weights = (weights > 0).astype(jnp.float32)
-        cdf = jnp.cumsum(weights)
-        draws = jax.random.uniform(key, (sample_batch_size,)) * cdf[-1]
-        indices = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), last_positive(weights))
+        indices, probabilities = draw_proportional(weights, key, sample_batch_size)
         env, start = indices // starts, (indices % starts) * period
         time = (start[:, None] + jnp.arange(window)) % capacity
         experience = jax.tree.map(lambda x: x[env[:, None], time], state.steps.experience)
-        return PrioritisedSample(experience, indices, weights[indices] / cdf[-1])
+        return PrioritisedSample(experience, indices, probabilities)
 
     def set_priorities(state: WindowState, indices, priorities):
         flat = state.priorities.reshape(-1).at[indices].set(priorities)
