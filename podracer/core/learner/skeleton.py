@@ -23,8 +23,6 @@ from podracer.types import Agent, Learner, LearnerState, LossOutput, MeanFn, Met
 from podracer.util.ops import varying_axes
 
 AGENT_STATE_STREAM = 3
-
-
 """``fold_in`` index of the agent state's key in the learner's init key (the params and the
 learner's own key come from ``split``)."""
 
