@@ -33,11 +33,12 @@ KNOWN_IDS: tuple[str, ...] = (
     *(f"brax:{name}" for name in BRAX_IDS),
     "trading:synthetic",
 )
-
 """Ids of the built-in families that :func:`make` builds as they are (a family may take more:
 ``trading:PATH.csv``, the suites' names, brax's options in a query string)."""
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
+"""The ids added by :func:`register` and their factories (a family of ids is a row of
+:mod:`podracer.envs.registry` instead)."""
 
 
 def register(env_id: str, factory: Callable[..., Any]) -> None:

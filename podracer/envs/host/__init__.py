@@ -4,7 +4,7 @@ Every one implements :class:`podracer.types.HostEnvironment` (sync or async, sai
 ``is_async``), and :func:`make` builds one by id, with the host maker of the id's family
 (:mod:`podracer.envs.registry`) or, for a family that has none, as a JAX environment on the host:
 
-- ``envpool:<task>`` — :class:`~podracer.envs.host.envpool.EnvpoolEnvironment` (sync and async
+- ``envpool:<task>`` — :class:`~podracer.envs.host.envpool_env.EnvpoolEnvironment` (sync and async
   modes, Atari options, MuJoCo and continuous classic control);
 - ``gymnasium:<id>`` — :class:`~podracer.envs.host.gymnasium.GymnasiumEnvironment`, a gymnasium
   vector environment (sync mode);
@@ -29,7 +29,8 @@ from typing import Any
 
 from podracer.envs import registry
 from podracer.envs.factory import make_with_options, param_defaults
-from podracer.envs.host.envpool import AtariOptions, EnvpoolEnvironment
+from podracer.envs.host.envpool import AtariOptions
+from podracer.envs.host.envpool_env import EnvpoolEnvironment
 from podracer.envs.host.jax_env import JaxHostEnvironment
 from podracer.envs.options import EnvOptions, as_options, typed_params
 from podracer.errors import ConfigValueError
