@@ -354,11 +354,11 @@ SPEC = AgentSpec(
             },
             "loop": {"envs": 64, "rollout_len": 64},
         },
-        # Jumanji's Snake (jumanji:Snake-v1): the family "snake", jumanji:Snake-*, which must come
-        # before "jumanji" in podracer/loops/presets.py's FAMILIES (until it does, this preset is
-        # not applied: give its values as flags). Not the jumanji family's: the "grid" entry is
-        # Snake's, and the family's other games fail with this network. The grid [12, 12, 5] goes
-        # through the MinAtar CNN ([H, W, C]), as Jumanji's own Snake network is a small CNN over
+        # Jumanji's Snake (jumanji:Snake-v1): the family "snake", jumanji:Snake-*, which comes
+        # before "jumanji" in the jumanji: row of podracer/envs/registry.py. Not the jumanji
+        # family's: the "grid" entry is Snake's, and the family's other games fail with this
+        # network. The grid [12, 12, 5] goes through the MinAtar CNN ([H, W, C]), as Jumanji's
+        # own Snake network is a small CNN over
         # the grid (jumanji/training/networks/snake/actor_critic.py); the step count (0 to 4,000,
         # unscaled: normalize_observations takes no dicts) goes through the 64-64 tanh MLP, where it
         # saturates. A flat MLP over both learnt nothing: 6.1 fruits an episode against the random

@@ -79,10 +79,10 @@ class AgentSpec(NamedTuple):
       trains with (default: :func:`epochs_learner`, epochs of minibatches, or replay for an
       agent that asks for one in ``Agent.replay``);
     - ``presets``: ``{family: {"agent": {field: value}, "loop": {size: value}}}``, defaults
-      for an environment family of :data:`podracer.loops.presets.FAMILIES` (``"mujoco"``,
-      ``"brax"``, ...), which the command line applies under the user's values; ``"loop"``
-      holds loop-neutral sizes, as ``loop_defaults`` does, and a section under a loop's name
-      applies to that loop alone.
+      for a preset family of the environment registry's rows (:mod:`podracer.envs.registry`:
+      ``"mujoco"``, ``"brax"``, ...), which the command line applies under the user's values;
+      ``"loop"`` holds loop-neutral sizes, as ``loop_defaults`` does, and a section under a
+      loop's name applies to that loop alone.
     """
 
     name: str
