@@ -44,6 +44,17 @@ def require(library: str, env_id: str) -> Any:
         ) from None
 
 
+def library_and_name(
+    env_id: str, library: str, prefix: str, names: Callable[[], Iterable[str]]
+) -> tuple[Any, str]:
+    """``(module, name)``: the library imported (:func:`require`) and the name after the id's
+    ``prefix``, checked against the library's ``names()`` (:func:`check_name`)."""
+    module = require(library, env_id)
+    name = env_id.removeprefix(prefix)
+    check_name(env_id, name, names(), prefix)
+    return module, name
+
+
 def check_name(env_id: str, name: str, known: Iterable[str], family: str) -> None:
     """A :class:`ConfigValueError` for a ``name`` not in ``known``, with the closest known
     name and the list."""

@@ -89,9 +89,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> JumanjiEnvironment:
     """``jumanji:<name>`` with Jumanji's keyword arguments (``time_limit``, ...)."""
-    jumanji = base.require("jumanji", env_id)
-    name = env_id.removeprefix(PREFIX)
-    base.check_name(env_id, name, names(), PREFIX)
+    jumanji, name = base.library_and_name(env_id, "jumanji", PREFIX, names)
     return JumanjiEnvironment(env_id, jumanji.make(name, **kwargs))
 
 

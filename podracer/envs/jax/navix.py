@@ -106,9 +106,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> NavixEnvironment:
     """``navix:<name>`` with NAVIX's keyword arguments (``max_steps``, ``observation_fn``, ...)."""
-    navix = base.require("navix", env_id)
-    name = env_id.removeprefix(PREFIX)
-    base.check_name(env_id, name, names(), PREFIX)
+    navix, name = base.library_and_name(env_id, "navix", PREFIX, names)
     return NavixEnvironment(env_id, navix.make(name, **kwargs))
 
 

@@ -78,9 +78,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> PgxEnvironment:
     """``pgx:<name>`` with the game's keyword arguments and ``max_episode_steps``."""
-    pgx = base.require("pgx", env_id)
-    name = env_id.removeprefix(PREFIX)
-    base.check_name(env_id, name, names(), PREFIX)
+    pgx, name = base.library_and_name(env_id, "pgx", PREFIX, names)
     max_episode_steps = kwargs.pop("max_episode_steps", None)
     game = pgx.make(name)
     if game.num_players != 1:

@@ -115,9 +115,7 @@ def names() -> tuple[str, ...]:
 
 def make(env_id: str, **kwargs: Any) -> XMiniGridEnvironment:
     """``xminigrid:<name>``, with fields of its ``EnvParams`` as keyword arguments."""
-    xminigrid = base.require("xminigrid", env_id)
-    name = env_id.removeprefix(PREFIX)
-    base.check_name(env_id, name, names(), PREFIX)
+    xminigrid, name = base.library_and_name(env_id, "xminigrid", PREFIX, names)
     env, params = xminigrid.make(name)
     return XMiniGridEnvironment(
         env_id, env, base.replace_fields(env_id, "xminigrid", params, kwargs)
