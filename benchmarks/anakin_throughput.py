@@ -26,8 +26,8 @@ from jsonl import emit
 
 from podracer import envs
 from podracer.agents import PPOConfig, QLambdaConfig
-from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run
 from podracer.core.rollout import reset_envs
+from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run
 from podracer.types import BoundedActionSpec
 
 

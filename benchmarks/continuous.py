@@ -54,8 +54,8 @@ from jsonl import emit
 
 import podracer
 from podracer import agents, envs
-from podracer.envs import host as host_envs
 from podracer.core.rollout import reset_envs
+from podracer.envs import host as host_envs
 from podracer.loops.presets import preset_for
 from podracer.types import BoundedActionSpec
 

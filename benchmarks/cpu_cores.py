@@ -30,8 +30,8 @@ CORES = parallel.use_cpu_cores()  # before JAX starts its backends
 import jax  # noqa: E402
 from anakin_throughput import env_only_sps, peak_memory  # noqa: E402
 
-from podracer.agents import PPOConfig# noqa: E402
-from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run# noqa: E402
+from podracer.agents import PPOConfig  # noqa: E402
+from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run  # noqa: E402
 
 
 def one_run(seeds: int, spread: bool, total: int, member_loop: str = "vmap") -> dict:

@@ -28,7 +28,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from podracer.experiments.elastic import read_jsonl# noqa: E402
+from podracer.experiments.elastic import read_jsonl  # noqa: E402
 
 
 def time_to_target(run_dir: str, target: float, size: int) -> float | None:

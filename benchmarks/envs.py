@@ -37,8 +37,8 @@ from jsonl import emit
 import podracer
 from podracer import agents, envs
 from podracer.errors import ConfigValueError
-from podracer.networks import ILLEGAL, legal_actions
 from podracer.loops.presets import preset_for
+from podracer.networks import ILLEGAL, legal_actions
 from podracer.types import BoundedActionSpec, split_action_mask, step_batch
 
 FAMILIES: dict[str, str] = {

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.agents import PPOConfig
-from podracer.loops.anakin import AnakinConfig, build
 from podracer.core.learner import skeleton as learner_module
+from podracer.loops.anakin import AnakinConfig, build
 from podracer.loops.common import check_finite
 
 UPDATES_PER_CALL = 10

@@ -41,8 +41,8 @@ from anakin_throughput import env_only_sps, peak_memory
 from jsonl import emit
 
 from podracer.agents import DQNConfig, IMPALAConfig, PPOConfig
-from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run
 from podracer.envs import EnvOptions
+from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run
 from podracer.loops.sebulba import SebulbaConfig
 
 MEMORY_CHAIN = ("gymnax:MemoryChain-bsuite", EnvOptions(params={"memory_length": 10}))

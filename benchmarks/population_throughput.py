@@ -26,8 +26,8 @@ from anakin_throughput import env_only_sps, peak_memory
 from jsonl import emit
 
 from podracer import agents, loops
-from podracer.loops import anakin
 from podracer.agents import PPOConfig
+from podracer.loops import anakin
 from podracer.loops.anakin import AnakinConfig, choose_updates_per_call
 from podracer.population.ensemble import PopulationConfig, build_system
 

@@ -17,12 +17,19 @@ import jax
 import numpy as np
 
 from podracer import agents, loops
-from podracer.envs import host as host_envs
-from podracer.util import ops
-from podracer.loops import sebulba
 from podracer.core import RolloutState
-from podracer.loops.sebulba import SebulbaConfig, env_factory, host_act, host_rollout, rollout_keys
-from podracer.loops.sebulba import AsyncCollector, Timers
+from podracer.envs import host as host_envs
+from podracer.loops import sebulba
+from podracer.loops.sebulba import (
+    AsyncCollector,
+    SebulbaConfig,
+    Timers,
+    env_factory,
+    host_act,
+    host_rollout,
+    rollout_keys,
+)
+from podracer.util import ops
 
 
 class Speed(NamedTuple):

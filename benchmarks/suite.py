@@ -74,8 +74,8 @@ import population_throughput
 from podracer import agents, loops
 from podracer.agents import DQNConfig, PPOConfig, QLambdaConfig
 from podracer.agents.muzero import MuZeroConfig
-from podracer.loops.anakin import AnakinConfig
 from podracer.loops import LearnerLayout, learner_layout
+from podracer.loops.anakin import AnakinConfig
 from podracer.loops.presets import preset_for
 from podracer.loops.sebulba import SebulbaConfig
 

@@ -19,8 +19,8 @@ import numpy as np
 import tyro
 
 from podracer.agents import PPOConfig
-from podracer.loops.anakin import AnakinConfig, build
 from podracer.envs import EnvOptions
+from podracer.loops.anakin import AnakinConfig, build
 from podracer.runs.logging import ConsoleProgress
 
 

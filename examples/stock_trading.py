@@ -27,7 +27,8 @@ import sys
 
 import tyro
 
-from podracer.cli import backtest, main as cli
+from podracer.cli import backtest
+from podracer.cli import main as cli
 from podracer.trading import portfolio
 
 

@@ -27,12 +27,11 @@ import json
 
 import tyro
 
-from podracer import agents
-from podracer import runs
+from podracer import agents, runs
 from podracer.agents import PPOConfig
 from podracer.loops.anakin import AnakinConfig
-from podracer.population.ensemble import PopulationConfig
 from podracer.loops.presets import preset_for
+from podracer.population.ensemble import PopulationConfig
 
 
 @dataclasses.dataclass(frozen=True)

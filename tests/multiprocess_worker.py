@@ -17,8 +17,8 @@ import jax
 import numpy as np
 
 import podracer.loops.sebulba
-from podracer.loops import anakin
 from podracer.cli import main as cli
+from podracer.loops import anakin
 
 
 def main() -> int:

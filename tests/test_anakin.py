@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from podracer.agents import PPOConfig, QLambdaConfig
-from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run, train
 from podracer.errors import ConfigError
+from podracer.loops.anakin import AnakinConfig, build, choose_updates_per_call, run, train
 from podracer.loops.common import final_returns
 
 SMALL = AnakinConfig(num_envs=4, rollout_len=16, updates_per_call=3)

@@ -2,9 +2,9 @@
 culprit, no traceback, nothing written, and (for what needs no run directory) nothing compiled.
 
 The command line runs in this process (``podracer.cli.main.main(argv)``: the same parsing as
-``python -m podracer.cli.main``, without a fresh interpreter per case); ``tests/test_cli.py`` runs it
-as a subprocess. conftest gives this process two devices, so a size that does not split over two
-devices is wrong here.
+``python -m podracer.cli.main``, without a fresh interpreter per case); ``tests/test_cli.py``
+runs it as a subprocess. conftest gives this process two devices, so a size that does not split
+over two devices is wrong here.
 """
 
 import json

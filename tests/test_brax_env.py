@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from podracer import envs
-from podracer.errors import ConfigValueError
 from podracer.envs.jax import brax as brax_envs
+from podracer.errors import ConfigValueError
 from podracer.types import BoundedActionSpec
 
 brax = pytest.importorskip("brax")

@@ -14,6 +14,7 @@ def parse_train_args(argv):
     """``podracer train ARGV``'s configs: ``argv`` parsed once, as the command line does."""
     return parse.parse_train_args(parse.parse_selectors(argv))
 
+
 REQUIRED = {"total_steps", "sps", "compile_s", "final_return", "params_checksum"}
 
 

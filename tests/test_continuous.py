@@ -15,7 +15,6 @@ from jax.sharding import PartitionSpec as P
 
 from podracer.agents import IMPALAConfig, PPOConfig, build
 from podracer.agents.policy import categorical_head, gaussian_head
-from podracer.errors import ConfigError
 from podracer.core import make_learner
 from podracer.core.normalisation import (
     NormalisationFields,
@@ -24,6 +23,7 @@ from podracer.core.normalisation import (
     normalise,
     update_statistics,
 )
+from podracer.errors import ConfigError
 from podracer.parallel import DATA_AXIS, data_mesh
 from podracer.types import (
     ActorOutput,

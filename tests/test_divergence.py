@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from podracer.cli import main as cli
-from podracer.runs.checkpoint import CHECKPOINT_DIR
 from podracer.loops.common import Diverged, check_finite, params_finite
+from podracer.runs.checkpoint import CHECKPOINT_DIR
 
 
 def test_check_finite_names_the_first_update_metric_and_member():

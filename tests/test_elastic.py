@@ -1,5 +1,5 @@
-"""The elastic tournament (podracer.experiments.elastic): its pure logic without Ray, then real runs of
-``podracer train --pods`` on a local Ray and on a ``ray.cluster_utils.Cluster`` (127.0.0.1),
+"""The elastic tournament (podracer.experiments.elastic): its pure logic without Ray, then real
+runs of ``podracer train --pods`` on a local Ray and on a ``ray.cluster_utils.Cluster`` (127.0.0.1),
 with a pod killed, a node added and removed, and the driver killed and resumed."""
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def _spec(population: int = 4):
 
 
 def test_two_pods_in_this_process_report_copy_and_their_best_member_evaluates(tmp_path):
-    """Without Ray: two :class:`~podracer.experiments.elastic.Pod` objects (plain classes) run in turn
-    against one in-process leaderboard, the second joining with copies of the first's best.
+    """Without Ray: two :class:`~podracer.experiments.elastic.Pod` objects (plain classes) run in
+    turn against one in-process leaderboard, the second joining with copies of the first's best.
     Every report is acknowledged once, the joined pod starts from seeded members, and the best
     member reloads with the checksum its row records and plays episodes."""
     from podracer import runs

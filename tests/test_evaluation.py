@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.envs import host as host_envs
 from podracer.core.evaluation import evaluate_host, summarize_returns
+from podracer.envs import host as host_envs
 from podracer.types import ActorOutput, Agent
 
 

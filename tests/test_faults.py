@@ -64,7 +64,8 @@ def signalled(arch, tmp_path, signum, status, word):
     # before it runs the command line (not preexec_fn: forking a process with JAX's threads).
     start = (
         "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        f"sys.argv = ['podracer'] + {args!r}; runpy.run_module('podracer.cli.main', run_name='__main__')"
+        f"sys.argv = ['podracer'] + {args!r}; "
+        "runpy.run_module('podracer.cli.main', run_name='__main__')"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", start], env=env, stderr=subprocess.PIPE, text=True

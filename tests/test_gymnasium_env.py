@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from podracer.envs import host as host_envs
-from podracer.errors import ConfigError, ConfigValueError
 from podracer.envs.host import gymnasium as gym_host
 from podracer.envs.host.gymnasium import GymnasiumEnvironment
+from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from podracer.envs import host as host_envs
-from podracer.errors import ConfigError
 from podracer.envs.host.checks import continuous_actions
 from podracer.envs.host.jax_env import JaxHostEnvironment
+from podracer.errors import ConfigError
 from podracer.types import BoundedActionSpec, DiscreteActionSpec, ObservationSpec, TimeStep
 
 THETA_LIMIT = 12 * 2 * np.pi / 360  # 0.2095 rad: CartPole terminates beyond it

@@ -8,10 +8,10 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import agents, envs, loops
 from podracer.agents import IMPALAConfig
-from podracer.loops.anakin import AnakinConfig, train
-from podracer.errors import ConfigError
 from podracer.core import make_learner, make_rollout, reset_envs
 from podracer.core.returns import vtrace
+from podracer.errors import ConfigError
+from podracer.loops.anakin import AnakinConfig, train
 from podracer.networks import ActorCritic
 from podracer.parallel import DATA_AXIS, data_mesh
 

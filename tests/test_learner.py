@@ -11,9 +11,9 @@ from jax.sharding import PartitionSpec as P
 
 from podracer import envs
 from podracer.agents import IMPALAConfig, PPOConfig, QLambdaConfig, build
-from podracer.loops.anakin import AnakinConfig
-from podracer.errors import ConfigError
 from podracer.core import make_learner, make_rollout, reset_envs
+from podracer.errors import ConfigError
+from podracer.loops.anakin import AnakinConfig
 from podracer.loops.layout import learner_layout
 from podracer.parallel import DATA_AXIS, data_mesh
 

@@ -15,11 +15,11 @@ import pytest
 
 from podracer import runs
 from podracer.agents import DQNConfig, PPOConfig
-from podracer.loops.anakin import AnakinConfig
-from podracer.runs.checkpoint import Checkpointer, to_raw
 from podracer.envs import EnvOptions
+from podracer.loops.anakin import AnakinConfig
 from podracer.loops.common import params_checksum
 from podracer.loops.sebulba import SebulbaConfig
+from podracer.runs.checkpoint import Checkpointer, to_raw
 
 MEMORY_CHAIN = "gymnax:MemoryChain-bsuite"
 

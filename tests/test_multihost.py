@@ -682,7 +682,9 @@ def test_peer_aware_excepthook_prints_a_traceback_when_every_peer_is_alive(monke
     store, printed = _Store(), []
     watches = [parallel.PeerWatch(store, i, 2, 10.0, period_s=0.05) for i in range(2)]
     monkeypatch.setattr(parallel.processes, "_peer_watch", watches[0])
-    monkeypatch.setattr(parallel.processes, "_previous_excepthook", lambda *args: printed.append(args))
+    monkeypatch.setattr(
+        parallel.processes, "_previous_excepthook", lambda *args: printed.append(args)
+    )
     beating = threading.Event()
 
     def beat():

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer.population import ensemble as pop
 from podracer.agents import PPOConfig, SACConfig
-from podracer.loops.anakin import AnakinConfig, train
 from podracer.errors import ConfigError
+from podracer.loops.anakin import AnakinConfig, train
+from podracer.population import ensemble as pop
 
 PPO = PPOConfig(num_epochs=2, num_minibatches=2, hidden_sizes=(32, 32))
 SMALL = AnakinConfig(num_envs=4, rollout_len=16)

@@ -1,4 +1,5 @@
-"""podracer.trading.portfolio: backtest metrics against hand computations and empyrical, and baselines."""
+"""podracer.trading.portfolio: backtest metrics against hand computations and empyrical, and
+baselines."""
 
 import json
 import math

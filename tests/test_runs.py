@@ -287,7 +287,7 @@ def test_ctrl_c_before_the_first_update_saves_nothing_and_says_so(tmp_path, monk
     def interrupt_compiling(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(anakin, "_compiled", interrupt_compiling)
+    monkeypatch.setattr(anakin.system, "_compiled", interrupt_compiling)
     run_dir = str(tmp_path / "run")
     with pytest.raises(runs.Interrupted) as stop:
         runs.train(SPEC, run_dir, console=False, devices=one_device())
@@ -544,7 +544,7 @@ def test_wandb_flags_reach_the_logger_in_train_and_sweep(
         calls.append(kwargs)
         raise _Stop
 
-    monkeypatch.setattr(runs, "make_logger", capture)
+    monkeypatch.setattr(runs.training, "make_logger", capture)
     monkeypatch.setattr(logging, "make_logger", capture)
     common = ["--total-timesteps", "512", "--arch.num-envs", "4", "--agent.num-minibatches", "2"]
     for command in ("train", "sweep"):

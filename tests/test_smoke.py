@@ -11,9 +11,9 @@ import pytest
 
 from podracer import agents, loops, parallel
 from podracer.cli import main as cli
-from podracer.runs.checkpoint import Checkpointer
 from podracer.loops.common import params_checksum
 from podracer.runs import load_spec, restore_run
+from podracer.runs.checkpoint import Checkpointer
 
 # per loop: the flags that make it tiny, and the environment steps of one update
 LOOP_FLAGS = {

@@ -182,8 +182,8 @@ def test_inside_shard_map(env, rollouts):
     varying in shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the rollout does
     (lowered only: Craftax compiles slowly)."""
-    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
+    from podracer.loops.anakin import env_checks_vma
 
     # The environment asks for an unchecked shard_map, which Anakin gives it.
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))

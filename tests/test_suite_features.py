@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from resume_check import straight_and_resumed
 
-from podracer.population import ensemble as pop
 from podracer import runs
 from podracer.agents import PPOConfig
 from podracer.loops.anakin import AnakinConfig
+from podracer.population import ensemble as pop
 
 pytest.importorskip("jumanji")
 

@@ -28,7 +28,7 @@ jumanji = pytest.importorskip("jumanji")
 from jumanji.environments.routing.maze.generator import RandomGenerator  # noqa: E402
 from jumanji.wrappers import Wrapper  # noqa: E402
 
-from podracer.envs.jax.jumanji import JumanjiEnvironment, to_dict# noqa: E402
+from podracer.envs.jax.jumanji import JumanjiEnvironment, to_dict  # noqa: E402
 
 N, STEPS = 4, 200
 LAST = 2  # jumanji.types.StepType.LAST
@@ -219,8 +219,8 @@ def sharded_rollout(env, check_vma):
 def test_runs_inside_shard_map_as_under_jit(env, rollouts):
     """Unchecked, as Anakin runs it (the environment's check_vma = False); Snake traces in a
     checked shard_map too."""
-    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
+    from podracer.loops.anakin import env_checks_vma
 
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     _, ours, _ = rollouts

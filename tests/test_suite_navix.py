@@ -133,8 +133,8 @@ def test_inside_shard_map(env, rollouts):
     in shard_map's types): under shard_map's default check the adapter's step names the
     problem; its reset traces there, and without the check (check_vma=False) the whole
     rollout runs there and equals jit(vmap)'s."""
-    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
+    from podracer.loops.anakin import env_checks_vma
 
     # The environment asks for an unchecked shard_map, which Anakin gives it.
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))

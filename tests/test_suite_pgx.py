@@ -155,8 +155,8 @@ def test_inside_shard_map(env, rollouts):
     """Unchecked, as Anakin runs it (the environment's check_vma = False), the rollout equals
     jit(vmap)'s; pgx's MinAtar code (a lax.cond with a branch of constants) fails a checked
     shard_map, which the adapter names in one line."""
-    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
+    from podracer.loops.anakin import env_checks_vma
 
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     _, expected, _ = rollouts

@@ -18,8 +18,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from podracer import envs
-from podracer.errors import ConfigValueError
 from podracer.envs.wrappers import EpisodeStatistics
+from podracer.errors import ConfigValueError
 from podracer.types import BoundedActionSpec, ObservationSpec
 
 pytest.importorskip("mujoco_playground")

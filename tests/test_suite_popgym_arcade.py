@@ -187,8 +187,8 @@ def sharded_rollout(env, check_vma):
 def test_runs_inside_shard_map_as_under_jit(env, rollouts):
     """Unchecked, as Anakin runs it (the environment's check_vma = False); CountRecall traces
     in a checked shard_map too."""
-    from podracer.loops.anakin import env_checks_vma
     from podracer.envs import EpisodeStatistics
+    from podracer.loops.anakin import env_checks_vma
 
     assert env.check_vma is False and not env_checks_vma(EpisodeStatistics(env))
     _, (images, first, traj, _) = rollouts

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from podracer import agents, loops
-from podracer.util import stats
-from podracer.experiments import sweep as sweeps
 from podracer.agents import PPOConfig
-from podracer.loops.anakin import AnakinConfig, train
 from podracer.errors import ConfigError
+from podracer.experiments import sweep as sweeps
+from podracer.loops.anakin import AnakinConfig, train
+from podracer.util import stats
 
 PPO = PPOConfig(num_epochs=2, num_minibatches=2, hidden_sizes=(32, 32))
 CONFIG = AnakinConfig(num_envs=4, rollout_len=16, updates_per_call=3)

@@ -9,7 +9,8 @@ import pytest
 
 from podracer import envs
 from podracer.errors import ConfigError
-from podracer.trading import market, environment as trading
+from podracer.trading import environment as trading
+from podracer.trading import market
 from podracer.trading.environment import Trading, TradingParams
 
 

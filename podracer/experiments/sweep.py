@@ -127,8 +127,7 @@ def first_system(spec, grid: Grid):
     Returns:
       A built :class:`podracer.loops.System` (nothing compiled).
     """
-    from podracer import loops
-    from podracer import runs
+    from podracer import loops, runs
 
     loop = loops.get(spec.arch)
     agent_spec = spec.agent_spec
@@ -240,8 +239,7 @@ def run_sweep(spec, grid: Grid, run_dir: str, *, console: bool = True) -> list[d
     row per combination."""
     import json
 
-    from podracer import loops
-    from podracer import runs
+    from podracer import loops, runs
     from podracer.runs.rundir import RESULTS_FILE
 
     loop = loops.get(spec.arch)

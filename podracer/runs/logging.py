@@ -8,8 +8,8 @@ Records are flat dicts of numbers (and per-member lists). Two kinds go through a
   every periodic evaluation;
 - ``{"kind": "leaderboard", "step", "updates", "best_member", "best_score", "median_score",
   "scores", "members": [...], "replaced": [...]}`` after every evaluation of a population
-  (:func:`podracer.population.ensemble.leaderboard_record`); written to ``leaderboard.jsonl``, not to
-  ``metrics.jsonl``.
+  (:func:`podracer.population.ensemble.leaderboard_record`); written to ``leaderboard.jsonl``,
+  not to ``metrics.jsonl``.
 
 ``step`` counts environment steps of one member (seed); ``episode_return`` is the mean over
 members, ``episode_returns`` the per-member values (``None`` where a member finished no episode).
@@ -30,9 +30,9 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
+from podracer.parallel import is_main_process
 from podracer.runs import rundir
 from podracer.util.imports import import_extra
-from podracer.parallel import is_main_process
 
 
 class Backend(Protocol):

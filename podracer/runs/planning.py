@@ -1,4 +1,5 @@
-"""A run's plan without training it (--dry-run): the system's sizes, its memory, the checkpoints on disk, in one record and one line per field."""
+"""A run's plan without training it (``--dry-run``): the system's sizes, its memory and the
+checkpoints on disk, in one record and one line per field."""
 
 from __future__ import annotations
 

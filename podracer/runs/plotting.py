@@ -237,7 +237,9 @@ def _figure():
     try:
         from matplotlib.figure import Figure
     except ImportError as error:  # not a core dependency of the library
-        raise ImportError("podracer.runs.plotting needs matplotlib: pip install matplotlib") from error
+        raise ImportError(
+            "podracer.runs.plotting needs matplotlib: pip install matplotlib"
+        ) from error
     figure = Figure(figsize=(8, 5), layout="constrained")
     return figure, figure.add_subplot()
 

@@ -1,4 +1,6 @@
-"""What a run is: its spec (agent, loop and environment configs, options) as saved in config.json, loaded back, and the checks of a run directory and of several processes' agreement."""
+"""What a run is: its spec (agent, loop and environment configs, options) as saved in
+``config.json`` and loaded back, and the checks of a run directory and of several processes'
+agreement."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Train a run: build the system from its spec, log, checkpoint and evaluate it through the loop's hooks, stop cleanly on Ctrl-C, and restore or evaluate a saved run."""
+"""Train a run: build the system from its spec; log, checkpoint and evaluate it through the
+loop's hooks; stop cleanly on Ctrl-C; restore or evaluate a saved run."""
 
 from __future__ import annotations
 

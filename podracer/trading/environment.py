@@ -7,8 +7,9 @@ portfolio with its own window of days, stepped inside the compiled program, so t
 run on one device.
 
 Ids: ``trading:synthetic`` (correlated geometric Brownian motion from a seed,
-:func:`podracer.trading.market.synthetic`) and ``trading:PATH.csv`` (a file in FinRL's long format,
-``date,tic,close`` with optional ``open,high,low,volume``: :func:`podracer.trading.market.load_csv`).
+:func:`podracer.trading.market.synthetic`) and ``trading:PATH.csv`` (a file in FinRL's long
+format, ``date,tic,close`` with optional ``open,high,low,volume``:
+:func:`podracer.trading.market.load_csv`).
 
 **The days.** The data's ``T`` days are cut in three periods: *train* (episodes are drawn
 inside it), *validation* (its last ``validation`` fraction, held out to score members of a

@@ -37,9 +37,9 @@ Baselines
 Each baseline takes the closing prices ``close`` ``[T, D]`` of ``D`` assets on ``T`` days, the
 initial cash and a proportional cost rate ``c`` (``0 <= c < 1``; FinRL's is 0.001), and returns
 the portfolio value ``[T]`` at each day's close, before that day's trades, as the trading
-environment counts it (:mod:`podracer.trading.environment`: a day's trades and their costs show in the
-next day's value). Shares are fractional and every trade pays ``c`` times its notional, on buys
-and on sells alike; the cost is paid from the portfolio's value. On day 0 the value is the cash,
+environment counts it (:mod:`podracer.trading.environment`: a day's trades and their costs
+show in the next day's value). Shares are fractional and every trade pays ``c`` times its
+notional, on buys and on sells alike; the cost is paid from the portfolio's value. On day 0 the value is the cash,
 and every baseline spends it: ``w_i * cash / (close[0, i] * (1 + c))`` shares of asset ``i`` for
 target weights ``w``.
 

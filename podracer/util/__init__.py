@@ -1,1 +1,2 @@
-"""Helpers every layer may use: validation of configs, imports by name, seeding, statistics, array ops."""
+"""Helpers every layer may use: validation of configs, imports by name, seeding, statistics and
+array ops."""
