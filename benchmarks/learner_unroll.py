@@ -9,14 +9,14 @@ over slices), on the default backend.
         --jax-conv-grad --num-envs 2 --repeats 1  # JAX's conv gradient in loops (minutes)
 
 XLA:CPU runs JAX's convolution backward passes inside loops much slower than the same computation
-outside one (jax-ml/jax#12868; ``podracer.util.ops`` gives the IMPALA ResNet a gradient that
-does not suffer from it, ``--jax-conv-grad`` takes JAX's), and over a large batch slower per
-frame than over a small one; this measures both on the batch Sebulba's Breakout benchmark uses
-(16 environments x 32 steps of 4 x 84 x 84 uint8 frames). One JSON line per configuration with the seconds per update
-(``update_s``), environment steps learnt per second (``sps``), the compile seconds, the peak memory
-and, in the same process, the seconds of the same SGD steps run one by one as separate jitted calls
-(no loop, whole minibatches). The environment does not take part here; its speed is in
-``sebulba_throughput.py``'s ``env_only_sps``.
+outside one (jax-ml/jax#12868; ``podracer.util.ops`` gives the IMPALA ResNet a gradient that does
+not suffer from it, ``--jax-conv-grad`` takes JAX's), and over a large batch slower per frame than
+over a small one; this measures both on the batch Sebulba's Breakout benchmark uses (16
+environments x 32 steps of 4 x 84 x 84 uint8 frames). One JSON line per configuration with the
+seconds per update (``update_s``), environment steps learnt per second (``sps``), the compile
+seconds, the peak memory and, in the same process, the seconds of the same SGD steps run one by one
+as separate jitted calls (no loop, whole minibatches). The environment does not take part here; its
+speed is in ``sebulba_throughput.py``'s ``env_only_sps``.
 """
 
 from __future__ import annotations

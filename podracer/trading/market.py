@@ -416,7 +416,9 @@ def finrl_indicators(close: np.ndarray, high: np.ndarray, low: np.ndarray) -> di
     """FinRL's default indicators, as stockstats 0.6 computes them (see the module docstring).
 
     Args:
-        close, high, low: prices, ``[T, D]``.
+        close: close prices, ``[T, D]``.
+        high: high prices, ``[T, D]``.
+        low: low prices, ``[T, D]``.
 
     Returns:
         ``{name: f64 [T, D]}`` for each name of :data:`INDICATORS`, in that order: raw values, NaN
@@ -561,7 +563,8 @@ def market_data(
 
     Args:
         close: close prices, ``[T, D]``, finite and > 0, ``T >= 2``.
-        high, low: ``[T, D]``; the close where None.
+        high: ``[T, D]``; the close where None.
+        low: ``[T, D]``; the close where None.
         dates: ``[T]``, strictly increasing; business days from 2000-01-03 where None.
         tickers: ``D`` names; ``A0`` ... ``A{D-1}`` where None.
     """

@@ -35,13 +35,13 @@ dict goes to JSON as it is (empyrical returns ``nan`` or ``inf`` there):
 Baselines
 ---------
 Each baseline takes the closing prices ``close`` ``[T, D]`` of ``D`` assets on ``T`` days, the
-initial cash and a proportional cost rate ``c`` (``0 <= c < 1``; FinRL's is 0.001), and returns
-the portfolio value ``[T]`` at each day's close, before that day's trades, as the trading
-environment counts it (:mod:`podracer.trading.environment`: a day's trades and their costs
-show in the next day's value). Shares are fractional and every trade pays ``c`` times its
-notional, on buys and on sells alike; the cost is paid from the portfolio's value. On day 0 the value is the cash,
-and every baseline spends it: ``w_i * cash / (close[0, i] * (1 + c))`` shares of asset ``i`` for
-target weights ``w``.
+initial cash and a proportional cost rate ``c`` (``0 <= c < 1``; FinRL's is 0.001), and returns the
+portfolio value ``[T]`` at each day's close, before that day's trades, as the trading environment
+counts it (:mod:`podracer.trading.environment`: a day's trades and their costs show in the next
+day's value). Shares are fractional and every trade pays ``c`` times its notional, on buys and on
+sells alike; the cost is paid from the portfolio's value. On day 0 the value is the cash, and every
+baseline spends it: ``w_i * cash / (close[0, i] * (1 + c))`` shares of asset ``i`` for target
+weights ``w``.
 
 - :func:`buy_and_hold`: equal cash in each asset on day 0, then no trades.
 - :func:`equal_weight`: rebalanced at every close to ``1 / D`` of the value in each asset.
@@ -178,7 +178,9 @@ def min_variance(
     later. Until ``lookback`` returns exist (``t < lookback``) the weights are ``1 / D``.
 
     Args:
-      close, initial_cash, cost_rate: as :func:`buy_and_hold`.
+      close: as :func:`buy_and_hold`.
+      initial_cash: as :func:`buy_and_hold`.
+      cost_rate: as :func:`buy_and_hold`.
       lookback: the number of daily returns the covariance is estimated from, at least 2.
 
     Returns:
