@@ -40,6 +40,7 @@ from jsonl import emit
 from podracer import envs, loops
 from podracer.agents import muzero, muzero_model
 from podracer.agents.muzero import MuZeroConfig
+from podracer.agents.optim import constant_adam
 from podracer.core.learner.build import make_learner
 from podracer.core.learner.replay import gradient_steps
 from podracer.loops.anakin import AnakinConfig, build, run
@@ -79,7 +80,7 @@ def learner_rate(env, config: MuZeroConfig, num_envs: int, rollout_len: int, upd
     """``(updates per second, gradient steps per update)`` of ``learner.update`` alone."""
     actions = env.action_spec.num_actions
     agent = muzero.make_agent(config, env.action_spec)
-    learner = make_learner(agent, muzero.make_optimizer(config, 1), envs_per_device=num_envs)
+    learner = make_learner(agent, constant_adam(config, 1), envs_per_device=num_envs)
     example = zero_observation(env.observation_spec, (), jnp)
     state = learner.init(jax.random.key(0), example)
 

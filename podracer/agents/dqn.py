@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import (
     EpsilonGreedy,
     QNetworkFields,
@@ -360,17 +359,10 @@ def make_recurrent(config: DQNConfig, network, actions: int, num_updates: int) -
     )
 
 
-def make_optimizer(config: DQNConfig, num_updates: int) -> optax.GradientTransformation:
-    """Adam at a constant learning rate after global-norm clipping."""
-    del num_updates
-    return clipped_adam(config.lr, config.max_grad_norm)
-
-
 SPEC = AgentSpec(
     name="dqn",
     config_cls=DQNConfig,
     make_agent=make_agent,
-    make_optimizer=make_optimizer,
     default_env="gymnax:CartPole-v1",
     loop_defaults={"envs": 16, "rollout_len": 8},
     search_space={

@@ -73,7 +73,6 @@ from podracer.agents.muzero_model import (
     scalar_to_logits_target,
     scale_gradient,
 )
-from podracer.agents.optim import clipped_adam
 from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.core import memory
 from podracer.core.learner.buffers import ReplayFields
@@ -463,17 +462,10 @@ def make_agent(config: MuZeroConfig, action_spec: ActionSpec | int, num_updates:
     )
 
 
-def make_optimizer(config: MuZeroConfig, num_updates: int) -> optax.GradientTransformation:
-    """Adam at a constant learning rate after global-norm clipping."""
-    del num_updates
-    return clipped_adam(config.lr, config.max_grad_norm)
-
-
 SPEC = AgentSpec(
     name="muzero",
     config_cls=MuZeroConfig,
     make_agent=make_agent,
-    make_optimizer=make_optimizer,
     default_env="catch",
     loop_defaults={"envs": 16, "rollout_len": 8},
     search_space={

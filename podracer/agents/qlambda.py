@@ -16,10 +16,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 import rlax
 
-from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import (
     QNetworkFields,
     SequenceFields,
@@ -148,17 +146,10 @@ def make_agent(config: QLambdaConfig, action_spec: ActionSpec | int, num_updates
     )
 
 
-def make_optimizer(config: QLambdaConfig, num_updates: int) -> optax.GradientTransformation:
-    """Adam at a constant learning rate, optionally after global-norm clipping."""
-    del num_updates
-    return clipped_adam(config.lr, config.max_grad_norm)
-
-
 SPEC = AgentSpec(
     name="qlambda",
     config_cls=QLambdaConfig,
     make_agent=make_agent,
-    make_optimizer=make_optimizer,
     # The Podracer paper's Catch demo: 128 environments, rollouts of 16 steps.
     default_env="catch",
     loop_defaults={"anakin": {"envs": 128, "rollout_len": 16}},  # the demo is Anakin's

@@ -33,9 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from podracer.agents.optim import clipped_adam
 from podracer.agents.policy import action_size, check_bounded
 from podracer.agents.spec import AgentSpec, Space
 from podracer.core.learner.buffers import ReplayFields
@@ -274,17 +272,10 @@ def make_agent(config: SACConfig, action_spec: ActionSpec, num_updates: int = 1)
     )
 
 
-def make_optimizer(config: SACConfig, num_updates: int) -> optax.GradientTransformation:
-    """Adam at a constant learning rate (optionally after global-norm clipping)."""
-    del num_updates
-    return clipped_adam(config.lr, config.max_grad_norm)
-
-
 SPEC = AgentSpec(
     name="sac",
     config_cls=SACConfig,
     make_agent=make_agent,
-    make_optimizer=make_optimizer,
     default_env="gymnax:Pendulum-v1",
     loop_defaults={"envs": 4, "rollout_len": 4},
     search_space={

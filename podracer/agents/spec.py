@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import optax
 
+from podracer.agents.optim import constant_adam
 from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import ActionSpec, Agent, DiscreteActionSpec, Learner, ObservationSpec
 from podracer.util.imports import load_attribute
@@ -65,7 +66,9 @@ class AgentSpec(NamedTuple):
     - ``make_agent(config, action_spec, num_updates) -> Agent``, called with three positional
       arguments: ``num_updates`` is the run's number of updates, the length of a schedule over
       the run such as an exploration rate (an agent without one ignores it);
-    - ``make_optimizer(config, num_updates) -> optax transformation``;
+    - ``make_optimizer(config, num_updates) -> optax transformation`` (default:
+      :func:`~podracer.agents.optim.constant_adam`, Adam at ``config.lr`` after clipping to
+      ``config.max_grad_norm``);
     - ``default_env``: the environment id used when none is given (Anakin; Sebulba's default is
       the loop's own);
     - ``loop_defaults``: loop sizes that suit the agent, loop-neutral
@@ -88,7 +91,7 @@ class AgentSpec(NamedTuple):
     name: str
     config_cls: type
     make_agent: Callable[[Any, ActionSpec, int], Agent]
-    make_optimizer: Callable[[Any, int], optax.GradientTransformation]
+    make_optimizer: Callable[[Any, int], optax.GradientTransformation] = constant_adam
     default_env: str = "gymnax:CartPole-v1"
     loop_defaults: Mapping[str, Any] = {}
     search_space: Mapping[str, Space] = {}
