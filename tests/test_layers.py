@@ -199,3 +199,19 @@ def test_each_constant_written_once():
                         defined.setdefault(value, []).append(module)
     twice = {value: modules for value, modules in defined.items() if len(modules) > 1}
     assert twice == {}
+
+
+def test_the_environment_registry_names_makers_at_or_below_its_layer():
+    """The registry names its makers by string (imported when an id of theirs is made); each is
+    a module of the envs layer or a lower one, so the strings hide no import upwards."""
+    from podracer.envs import registry
+
+    envs_layer = layer_of("podracer.envs.registry")
+    named = [
+        maker.partition(":")[0]
+        for row in registry.FAMILIES
+        for maker in (row.jax, row.host, row.host_options)
+        if maker
+    ]
+    assert "podracer.trading.environment" in named
+    assert [m for m in named if m not in MODULES or layer_of(m) > envs_layer] == []
