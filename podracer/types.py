@@ -127,6 +127,15 @@ class TimeStep(NamedTuple):
         """An episode ended at this step, by termination or by truncation."""
         return self.terminated | self.truncated
 
+    @classmethod
+    def first(cls, obs: Any) -> TimeStep:
+        """The ``TimeStep`` of a reset: ``obs`` (also the ``final_obs``), a reward of 0 (f32),
+        nothing ended."""
+        import jax.numpy as jnp
+
+        false = jnp.zeros((), bool)
+        return cls(obs, jnp.zeros((), jnp.float32), false, false, obs)
+
 
 class ActorOutput(NamedTuple):
     """What the behaviour policy computed when it acted, batched ``[B]`` (or ``[T, B]``).

@@ -50,7 +50,7 @@ from podracer.core.learner.replay import (
 )
 from podracer.errors import ConfigError
 from podracer.types import ActionSpec, Agent, LossOutput, Trajectory
-from podracer.util.validation import check_positive, check_range
+from podracer.util.validation import check_fraction, check_non_negative, check_positive, check_range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,16 +103,14 @@ class DQNConfig(ReplayFields, QNetworkFields):
 
     def __post_init__(self):
         check_positive(self, "lr", "n_step", "target_period", "sequence_length")
-        check_range(self, "gamma", 0.0, 1.0)
+        check_fraction(self, "gamma")
         check_range(self, "tau", 0.0, 1.0, low_open=True)
         check_range(self, "huber_delta", 0.0, None, low_open=True)
-        check_range(self, "epsilon_start", 0.0, 1.0)
-        check_range(self, "epsilon_finish", 0.0, 1.0)
-        check_range(self, "epsilon_decay", 0.0, 1.0)
-        check_range(self, "max_grad_norm", 0.0, None)
+        check_fraction(self, "epsilon_start", "epsilon_finish", "epsilon_decay")
+        check_non_negative(self, "max_grad_norm")
         check_range(self, "burn_in", 0, None)
         check_range(self, "sequence_period", 0, None)
-        check_range(self, "priority_eta", 0.0, 1.0)
+        check_fraction(self, "priority_eta")
         self.check_network()
         self.check_replay()
         if self.memory != "none" and self.batch_size < self.sequence_length:

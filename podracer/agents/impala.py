@@ -43,7 +43,13 @@ from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, vtrace
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
-from podracer.util.validation import check_choice, check_positive, check_range
+from podracer.util.validation import (
+    check_choice,
+    check_fraction,
+    check_non_negative,
+    check_positive,
+    check_range,
+)
 
 OPTIMIZERS = ("adam", "rmsprop")
 
@@ -92,15 +98,12 @@ class IMPALAConfig(ActorCriticFields, NormalisationFields, SequenceFields):
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
         check_choice(self, "optimizer", OPTIMIZERS)
-        check_range(self, "rmsprop_decay", 0.0, 1.0)
-        check_range(self, "rmsprop_eps", 0.0, None)
-        check_range(self, "gamma", 0.0, 1.0)
-        check_range(self, "vtrace_lambda", 0.0, 1.0)
+        check_fraction(self, "rmsprop_decay")
+        check_non_negative(self, "rmsprop_eps")
+        check_fraction(self, "gamma", "vtrace_lambda")
         check_range(self, "clip_rho", 0.0, None, low_open=True)
         check_range(self, "clip_pg_rho", 0.0, None, low_open=True)
-        check_range(self, "baseline_cost", 0.0, None)
-        check_range(self, "entropy_cost", 0.0, None)
-        check_range(self, "max_grad_norm", 0.0, None)
+        check_non_negative(self, "baseline_cost", "entropy_cost", "max_grad_norm")
         self.check_network()
         self.check_normalisation()
         self.check_sequences()

@@ -89,7 +89,13 @@ from podracer.types import (
     LossOutput,
     Trajectory,
 )
-from podracer.util.validation import check_choice, check_positive, check_range
+from podracer.util.validation import (
+    check_choice,
+    check_fraction,
+    check_non_negative,
+    check_positive,
+    check_range,
+)
 
 SEARCHES = ("gumbel", "puct")
 
@@ -191,17 +197,16 @@ class MuZeroConfig(ReplayFields):
         )
         check_range(self, "max_depth", 0, None)
         check_range(self, "resnet_blocks", 0, None)
-        check_range(self, "gumbel_scale", 0.0, None)
-        check_range(self, "dirichlet_fraction", 0.0, 1.0)
-        check_range(self, "pb_c_init", 0.0, None)
-        check_range(self, "gamma", 0.0, 1.0)
-        check_range(self, "max_grad_norm", 0.0, None)
-        check_range(self, "value_loss_weight", 0.0, None)
-        check_range(self, "reward_loss_weight", 0.0, None)
-        check_range(self, "policy_loss_weight", 0.0, None)
-        check_range(self, "dynamics_gradient_scale", 0.0, 1.0)
+        check_non_negative(self, "gumbel_scale")
+        check_fraction(self, "dirichlet_fraction")
+        check_non_negative(self, "pb_c_init")
+        check_fraction(self, "gamma")
+        check_non_negative(
+            self, "max_grad_norm", "value_loss_weight", "reward_loss_weight", "policy_loss_weight"
+        )
+        check_fraction(self, "dynamics_gradient_scale")
         check_range(self, "tau", 0.0, 1.0, low_open=True)
-        check_range(self, "reanalyse_fraction", 0.0, 1.0)
+        check_fraction(self, "reanalyse_fraction")
         check_choice(self, "activation", tuple(ACTIVATIONS))
         check_choice(self, "torso", MUZERO_TORSOS)
         for field in ("hidden_sizes", "model_hidden_sizes"):

@@ -37,7 +37,7 @@ from podracer.core.normalisation import NormalisationFields
 from podracer.core.returns import bootstrap_values, gae
 from podracer.networks import ActorCritic
 from podracer.types import ActionSpec, Agent, Trajectory
-from podracer.util.validation import check_positive, check_range
+from podracer.util.validation import check_fraction, check_non_negative, check_positive, check_range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +71,9 @@ class PPOConfig(ActorCriticFields, NormalisationFields, SequenceFields):
 
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
-        check_range(self, "gamma", 0.0, 1.0)
-        check_range(self, "gae_lambda", 0.0, 1.0)
+        check_fraction(self, "gamma", "gae_lambda")
         check_range(self, "clip_eps", 0.0, None, low_open=True)
-        check_range(self, "ent_coef", 0.0, None)
-        check_range(self, "vf_coef", 0.0, None)
-        check_range(self, "max_grad_norm", 0.0, None)
+        check_non_negative(self, "ent_coef", "vf_coef", "max_grad_norm")
         self.check_network()
         self.check_normalisation()
         self.check_sequences()

@@ -29,7 +29,7 @@ from podracer.agents.spec import AgentSpec, Space, num_actions
 from podracer.core import memory
 from podracer.core.returns import bootstrap_values
 from podracer.types import ActionSpec, Agent, Trajectory, no_actor_state
-from podracer.util.validation import check_positive, check_range
+from podracer.util.validation import check_fraction, check_non_negative, check_positive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +55,8 @@ class QLambdaConfig(QNetworkFields, SequenceFields):
 
     def __post_init__(self):
         check_positive(self, "lr", "num_epochs", "num_minibatches")
-        check_range(self, "gamma", 0.0, 1.0)
-        check_range(self, "q_lambda", 0.0, 1.0)
-        check_range(self, "epsilon", 0.0, 1.0)
-        check_range(self, "max_grad_norm", 0.0, None)
+        check_fraction(self, "gamma", "q_lambda", "epsilon")
+        check_non_negative(self, "max_grad_norm")
         self.check_network()
         self.check_sequences()
 

@@ -40,7 +40,14 @@ from podracer.core.learner.buffers import ReplayFields
 from podracer.core.learner.replay import NStepItem, Replay, ReplayBatch, n_step_items
 from podracer.networks import ACTIVATIONS, MLP, flatten_observations
 from podracer.types import ActionSpec, ActorOutput, Agent, LossOutput, Trajectory
-from podracer.util.validation import check_choice, check_layer_sizes, check_positive, check_range
+from podracer.util.validation import (
+    check_choice,
+    check_fraction,
+    check_layer_sizes,
+    check_non_negative,
+    check_positive,
+    check_range,
+)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -74,9 +81,9 @@ class SACConfig(ReplayFields):
 
     def __post_init__(self):
         check_positive(self, "lr", "n_step", "init_alpha")
-        check_range(self, "gamma", 0.0, 1.0)
+        check_fraction(self, "gamma")
         check_range(self, "tau", 0.0, 1.0, low_open=True)
-        check_range(self, "max_grad_norm", 0.0, None)
+        check_non_negative(self, "max_grad_norm")
         check_layer_sizes(self, "hidden_sizes")
         check_choice(self, "activation", tuple(ACTIVATIONS))
         self.check_replay()

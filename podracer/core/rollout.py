@@ -104,9 +104,7 @@ class SpecEnvironment:
         self.default_params = ()
 
     def _timestep(self):
-        obs = zero_observation(self.observation_spec, xp=jnp)
-        false = jnp.zeros((), bool)
-        return TimeStep(obs, jnp.zeros((), jnp.float32), false, false, obs)
+        return TimeStep.first(zero_observation(self.observation_spec, xp=jnp))
 
     def reset(self, key, params):
         del key, params

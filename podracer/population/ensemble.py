@@ -495,18 +495,27 @@ def leaderboard_record(events: dict[str, Any], updates: int, tournament: bool) -
         }
         for i in np.flatnonzero(np.asarray(events["replaced"]))
     ]
-    finite = scores[np.isfinite(scores)]
     return {
         "kind": "leaderboard",
         "updates": updates,
         "tournament": tournament,
-        "best_member": order[0],
+        **score_summary(scores, order[0]),
+        "members": members,
+        "replaced": replaced,
+    }
+
+
+def score_summary(scores: np.ndarray, best_member: int) -> dict[str, Any]:
+    """A leaderboard record's summary of the members' ``scores`` ``[P]`` (NaN: no score yet):
+    the best member, the best, median and mean of the finite scores (None when there is none),
+    and every score (None for NaN)."""
+    finite = scores[np.isfinite(scores)]
+    return {
+        "best_member": best_member,
         "best_score": float(finite.max()) if finite.size else None,
         "median_score": float(np.median(finite)) if finite.size else None,
         "mean_score": float(finite.mean()) if finite.size else None,
         "scores": [None if np.isnan(s) else float(s) for s in scores],
-        "members": members,
-        "replaced": replaced,
     }
 
 

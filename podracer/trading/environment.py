@@ -55,6 +55,7 @@ from flax import struct
 
 from podracer.errors import ConfigError
 from podracer.types import BoundedActionSpec, ObservationSpec, TimeStep
+from podracer.util.validation import check_fields
 
 PERIODS = ("train", "validation", "test")
 
@@ -198,8 +199,7 @@ class Trading:
     def reset(self, key, params: TradingParams):
         state = self._start(key, params)
         obs = self._observe(state, params)
-        false = jnp.zeros((), bool)
-        return state, TimeStep(obs, jnp.zeros((), jnp.float32), false, false, obs)
+        return state, TimeStep.first(obs)
 
     def step(self, key, state: TradingState, action, params: TradingParams):
         cash, holdings = trade(state.cash, state.holdings, self._close[state.day], action, params)
@@ -342,13 +342,7 @@ def make(env_id: str, **kwargs: Any) -> Trading:
             f"unknown environment id {env_id!r}: the trading ids are trading:synthetic and "
             "trading:PATH.csv (a file in FinRL's long format, docs/trading.md)"
         )
-    fields = {f.name for f in dataclasses.fields(kind)}
-    unknown = sorted(set(kwargs) - fields)
-    if unknown:
-        raise ConfigError(
-            f"{env_id}: unknown parameter(s) {', '.join(unknown)}; its parameters are "
-            f"{', '.join(sorted(fields))}"
-        )
+    check_fields(env_id, kind, kwargs, "the trading environment")
     return build(env_id, kind(**kwargs))
 
 

@@ -7,10 +7,11 @@ command line or in a config file is fixed without reading code.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, ConfigValueError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -57,6 +58,18 @@ def check_range(
         raise ConfigError(f"{_name(obj, field)}={value!r} is not allowed: it must be {allowed}")
 
 
+def check_fraction(obj: Any, *fields: str) -> None:
+    """Each field in ``[0, 1]`` (:func:`check_range`'s message)."""
+    for field in fields:
+        check_range(obj, field, 0.0, 1.0)
+
+
+def check_non_negative(obj: Any, *fields: str) -> None:
+    """Each field ``>= 0`` (:func:`check_range`'s message)."""
+    for field in fields:
+        check_range(obj, field, 0.0, None)
+
+
 def check_choice(obj: Any, field: str, choices: Sequence[Any]) -> None:
     value = getattr(obj, field)
     if value not in choices:
@@ -71,4 +84,17 @@ def check_layer_sizes(obj: Any, field: str) -> None:
     if not value or any(size < 1 for size in value):
         raise ConfigError(
             f"{_name(obj, field)}={value!r} is not allowed: give one or more positive sizes"
+        )
+
+
+def check_fields(where: str, kind: Any, values: Any, owner: str) -> None:
+    """A :class:`ConfigValueError` when ``values`` names a field that the dataclass ``kind`` (a
+    class or an instance: an environment's params) does not have, listing the fields it has."""
+    fields = {field.name for field in dataclasses.fields(kind)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        name = kind.__name__ if isinstance(kind, type) else type(kind).__name__
+        raise ConfigValueError(
+            f"{where}: {', '.join(unknown)} not among {owner}'s parameters of {name}: "
+            f"{', '.join(sorted(fields))}"
         )

@@ -15,7 +15,6 @@ suites is needed to import podracer.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import importlib
 from collections.abc import Callable, Iterable
@@ -28,6 +27,7 @@ from podracer.envs import registry
 from podracer.errors import ConfigValueError
 from podracer.types import ObservationSpec, TimeStep
 from podracer.util.ops import vary_as
+from podracer.util.validation import check_fields
 
 
 def require(library: str, env_id: str) -> Any:
@@ -72,13 +72,7 @@ def check_name(env_id: str, name: str, known: Iterable[str], family: str) -> Non
 def replace_fields(env_id: str, library: str, params: Any, values: dict[str, Any]) -> Any:
     """``params`` (a library's dataclass of env params) with the fields in ``values`` replaced;
     a name that is not a field is a :class:`ConfigValueError` listing the fields."""
-    fields = {field.name for field in dataclasses.fields(params)}
-    unknown = sorted(set(values) - fields)
-    if unknown:
-        raise ConfigValueError(
-            f"{env_id}: {', '.join(unknown)} not among {library}'s parameters of "
-            f"{type(params).__name__}: {', '.join(sorted(fields))}"
-        )
+    check_fields(env_id, params, values, library)
     return params.replace(**values)
 
 
@@ -139,18 +133,6 @@ def observation_spec_of(obs: Any) -> Any:
 def strong(tree: Any) -> Any:
     """Every leaf a (not weakly typed) array, so reset's and step's states have one type."""
     return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), tree)
-
-
-def first_timestep(obs: Any) -> TimeStep:
-    """The ``TimeStep`` of a reset: ``obs`` (also the ``final_obs``), no reward, nothing ended."""
-    false = jnp.zeros((), bool)
-    return TimeStep(
-        obs=obs,
-        reward=jnp.zeros((), jnp.float32),
-        terminated=false,
-        truncated=false,
-        final_obs=obs,
-    )
 
 
 def repeated_step(
@@ -243,7 +225,7 @@ class Adapter:
 
     def reset(self, key, params=()):
         state, obs = self._reset(key, params)
-        out = (state, first_timestep(obs))
+        out = (state, TimeStep.first(obs))
         return vary_as(out, key) if self.vary_reset else out
 
     @staticmethod

@@ -78,8 +78,7 @@ class Catch:
     def reset(self, key, params: CatchParams):
         state = self._initial_state(key, params)
         obs = self._observe(state, params)
-        false = jnp.zeros((), bool)
-        return state, TimeStep(obs, jnp.zeros((), jnp.float32), false, false, obs)
+        return state, TimeStep.first(obs)
 
     def step(self, key, state: CatchState, action, params: CatchParams):
         paddle = jnp.clip(state.paddle_column + action - 1, 0, params.columns - 1)

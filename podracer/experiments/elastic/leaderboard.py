@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from podracer.experiments.elastic.config import TOP_DIR, TOP_FILE, write_json
+from podracer.population.ensemble import score_summary
 from podracer.runs.leaderboard import append_jsonl, read_jsonl
 from podracer.runs.rundir import LEADERBOARD_FILE
 from podracer.util.stats import nan_as_lowest
@@ -82,7 +83,6 @@ def pod_row(
         )
         if checksums is not None:  # the member's params, summed (checks a reloaded checkpoint)
             members[-1]["params_checksum"] = float(checksums[i])
-    finite = values[np.isfinite(values)]
     return {
         "kind": "leaderboard",
         "id": record_id(pod, updates),
@@ -90,11 +90,7 @@ def pod_row(
         "updates": updates,
         "step": updates * steps_per_update,
         "tournament": True,
-        "best_member": order[0],
-        "best_score": float(finite.max()) if finite.size else None,
-        "median_score": float(np.median(finite)) if finite.size else None,
-        "mean_score": float(finite.mean()) if finite.size else None,
-        "scores": [None if np.isnan(s) else float(s) for s in values],
+        **score_summary(values, order[0]),
         "members": members,
         "replaced": [],
     }
