@@ -101,11 +101,12 @@ def sweep_system(
     from podracer import loops
 
     check_grid(agent_spec, agent_config, grid)
-    return loops.build(
+    return loops.build_members(
         loop,
         env_id,
         agent_config,
-        loop.with_members(config, grid.num_members),
+        config,
+        grid.num_members,
         agent_spec=agent_spec,
         total_timesteps=total_timesteps,
         seed=seed,

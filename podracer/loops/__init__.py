@@ -28,6 +28,7 @@ from podracer.loops.recipe import EnvFactory, Recipe, make_recipe
 from podracer.loops.registry import (
     LOOPS,
     build,
+    build_members,
     for_config,
     get,
     loop_defaults,
@@ -52,6 +53,7 @@ __all__ = [
     "RunResult",
     "System",
     "build",
+    "build_members",
     "for_config",
     "get",
     "learner_layout",

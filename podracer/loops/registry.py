@@ -190,6 +190,26 @@ def build(
     )
 
 
+def build_members(
+    loop: Loop | str,
+    env_id: str,
+    agent_config: Any,
+    config: Any,
+    num_members: int,
+    *,
+    members: Callable[[Recipe], Members],
+    **kwargs: Any,
+) -> System:
+    """The system of ``num_members`` members as one program of ``loop`` (a sweep's grid, a
+    population): :func:`build` with ``config`` given that many members (``loop.with_members``)
+    and the ``members`` (with their hyper-parameters) made from the recipe; ``kwargs`` are
+    :func:`build`'s (``total_timesteps``, ``agent_spec``, ``seed``, ``devices``, ``periodic``,
+    ``env_options``, ...)."""
+    loop = get(loop) if isinstance(loop, str) else loop
+    config = loop.with_members(config, num_members)
+    return build(loop, env_id, agent_config, config, members=members, **kwargs)
+
+
 def train(
     loop: Loop | str,
     env_id: str,

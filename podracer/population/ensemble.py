@@ -552,11 +552,12 @@ def build_system(
     bounds = spaces(agent_spec, population)
     initial = initial_hparams(agent_config, population, bounds)
     initial.update(check_explicit_hparams(agent_config, hparams or {}, bounds, population.size))
-    return loops.build(
+    return loops.build_members(
         loop,
         env_id,
         agent_config,
-        loop.with_members(config, population.size),
+        config,
+        population.size,
         agent_spec=agent_spec,
         total_timesteps=total_timesteps,
         seed=seed,
