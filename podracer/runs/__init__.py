@@ -17,7 +17,8 @@ restored and the environments start afresh.
 
 The modules: :mod:`~podracer.runs.spec` (what a run is), :mod:`~podracer.runs.training`,
 :mod:`~podracer.runs.planning` (``--dry-run``), :mod:`~podracer.runs.checkpoint`,
-:mod:`~podracer.runs.logging`, :mod:`~podracer.runs.rundir` (the file names) and
+:mod:`~podracer.runs.logging`, :mod:`~podracer.runs.rundir` (the file names),
+:mod:`~podracer.runs.leaderboard` (a population's leaderboard rows, read and appended) and
 :mod:`~podracer.runs.plotting`.
 """
 
