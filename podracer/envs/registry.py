@@ -14,6 +14,11 @@ prefix without a colon, ``"catch"``, is one exact id):
   Sebulba only;
 - ``extra``: the pip extra that installs its library (``pip install 'podracer[extra]'``), named
   by the one-line error when the library is missing (:func:`podracer.envs.jax.base.require`);
+- ``render``: the renderer of its JAX environments' states, ``"module:function"``, called as
+  ``function(env, states, params) -> uint8 [T, H, W, 3]`` by
+  :func:`podracer.envs.render.renderer` (None: the family does not draw, unless its
+  environment has a ``render`` method of its own); a host family draws through its host
+  maker's ``render=True`` (``HostEnvironment.render``);
 - ``presets``: the preset family of its ids (:mod:`podracer.loops.presets`): one name for the
   whole family, or ``(pattern, family)`` pairs over the name after the prefix (``fnmatch``, the
   first that matches wins; the query string of an id, ``brax:ant?backend=positional``, is
@@ -48,6 +53,7 @@ class Family:
     host_async: bool = False
     extra: str | None = None
     presets: Presets = ()
+    render: str | None = None
 
     def matches(self, env_id: str) -> bool:
         """Whether ``env_id`` is one of this family's ids."""
@@ -96,31 +102,49 @@ HOST_PRESETS: tuple[tuple[str, str], ...] = (
 """The presets of the host kinds' ids (envpool's and gymnasium's names are alike)."""
 
 FAMILIES: list[Family] = [
-    Family("catch", jax="podracer.envs.jax.catch:make"),
+    Family("catch", jax="podracer.envs.jax.catch:make", render="podracer.envs.render.drawn:catch"),
     # MinAtar's 10x10 frames in JAX, [H, W, C] with a channel per object, and classic control.
     Family(
         "gymnax:",
         jax="podracer.envs.jax.gymnax:make",
         presets=(("*-MinAtar", "minatar"), *CLASSIC_PRESETS),
+        render="podracer.envs.render.gymnax:render",
     ),
     # Brax's physics in JAX (Anakin).
-    Family("brax:", jax="podracer.envs.jax.brax:make", extra="brax", presets="brax"),
+    Family(
+        "brax:",
+        jax="podracer.envs.jax.brax:make",
+        extra="brax",
+        presets="brax",
+        render="podracer.envs.render.mujoco:brax",
+    ),
     # Stock trading: D assets' orders in [-1, 1]^D, a day per step.
-    Family("trading:", jax="podracer.trading.environment:make", presets="trading"),
+    Family(
+        "trading:",
+        jax="podracer.trading.environment:make",
+        presets="trading",
+        render="podracer.envs.render.drawn:trading",
+    ),
     # The JAX suites: MuJoCo Playground's DM Control Suite and locomotion on MJX, Craftax,
     # Jumanji (Snake before the rest: its presets send Snake's "grid" through a CNN, which the
     # other games do not have), the MiniGrids in JAX (NAVIX, XLand-MiniGrid), POPGym Arcade,
     # pgx's single-player games.
     *(
-        Family(f"{name}:", jax=f"podracer.envs.jax.{name}:make", extra=name, presets=presets)
-        for name, presets in (
-            ("playground", "playground"),
-            ("craftax", "craftax"),
-            ("jumanji", (("Snake-*", "snake"), ("*", "jumanji"))),
-            ("navix", "minigrid"),
-            ("xminigrid", "minigrid"),
-            ("popgym_arcade", "popgym_arcade"),
-            ("pgx", "pgx"),
+        Family(
+            f"{name}:",
+            jax=f"podracer.envs.jax.{name}:make",
+            extra=name,
+            presets=presets,
+            render=f"podracer.envs.render.{renderer}:{name}",
+        )
+        for name, presets, renderer in (
+            ("playground", "playground", "mujoco"),
+            ("craftax", "craftax", "suites"),
+            ("jumanji", (("Snake-*", "snake"), ("*", "jumanji")), "suites"),
+            ("navix", "minigrid", "suites"),
+            ("xminigrid", "minigrid", "suites"),
+            ("popgym_arcade", "popgym_arcade", "suites"),
+            ("pgx", "pgx", "suites"),
         )
     ),
     # Host environments (Sebulba): envpool's pool (sync and async) and gymnasium's vector env.

@@ -129,6 +129,10 @@ class Trading:
     """The trading environment (see the module docstring) on ``data`` (a
     :class:`~podracer.trading.market.MarketData`) with ``params``."""
 
+    auto_reset = True
+    """Whether ``step`` resets an episode that ends (as
+    :attr:`podracer.envs.jax.base.Adapter.auto_reset`)."""
+
     def __init__(self, data, params: TradingParams, env_id: str):
         _check(env_id, params)
         self.id = env_id
@@ -209,6 +213,9 @@ class Trading:
         stepped = TradingState(cash, holdings, day, state.end, value)
         truncated = day >= state.end
         final_obs = self._observe(stepped, params)
+        if not self.auto_reset:
+            terminated = jnp.zeros_like(truncated)
+            return stepped, TimeStep(final_obs, reward, terminated, truncated, final_obs)
         fresh = self._start(key, params)
         state = jax.tree.map(lambda a, b: jnp.where(truncated, a, b), fresh, stepped)
         obs = jnp.where(truncated, self._observe(fresh, params), final_obs)

@@ -177,6 +177,10 @@ class Adapter:
 
     library = "the library"
     vary_reset = False
+    auto_reset = True
+    """Whether ``step`` resets an episode that ends (the contract); a copy with ``False``
+    (:func:`podracer.envs.render.without_auto_reset`) keeps the ended episode's state, which a
+    video draws as its last frame. Read when ``step`` is traced."""
 
     def __init__(self, env_id: str, env: Any, params: Any = ()):
         self.id = env_id
@@ -228,8 +232,8 @@ class Adapter:
         out = (state, TimeStep.first(obs))
         return vary_as(out, key) if self.vary_reset else out
 
-    @staticmethod
     def _auto_reset(
+        self,
         done: jax.Array,
         fresh: tuple[Any, Any],
         stepped: tuple[Any, Any],
@@ -239,8 +243,9 @@ class Adapter:
     ) -> tuple[Any, TimeStep]:
         """The same-step auto-reset: the state and ``TimeStep`` of a step whose library state
         and observation are ``stepped``; where ``done``, the state and ``obs`` are ``fresh``'s
-        (a reset's) and ``final_obs`` keeps the ended episode's last observation."""
-        state, obs = select_tree(done, fresh, stepped)
+        (a reset's) and ``final_obs`` keeps the ended episode's last observation. Without
+        :attr:`auto_reset`, the state and ``obs`` are ``stepped``'s."""
+        state, obs = select_tree(done, fresh, stepped) if self.auto_reset else stepped
         return state, TimeStep(
             obs=obs,
             reward=jnp.asarray(reward, jnp.float32),
@@ -297,8 +302,11 @@ class PhysicsAdapter(Adapter):
         terminated = jnp.asarray(stepped.done > 0, bool)
         truncated = ~terminated & (steps >= self.episode_length)
         done = terminated | truncated
-        env_state = self._select(done, self._fresh(reset_key), stepped)
-        steps = jnp.where(done, 0, steps).astype(jnp.int32)
+        if self.auto_reset:
+            env_state = self._select(done, self._fresh(reset_key), stepped)
+            steps = jnp.where(done, 0, steps).astype(jnp.int32)
+        else:
+            env_state = stepped
         obs, final_obs = self._observation(env_state.obs), self._observation(stepped.obs)
         timestep = TimeStep(obs, reward, terminated, truncated, final_obs)
         return self.state_class(env_state, steps), timestep

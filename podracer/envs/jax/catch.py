@@ -35,6 +35,10 @@ class CatchState:
 class Catch:
     """The Catch environment (see the module docstring)."""
 
+    auto_reset = True
+    """Whether ``step`` resets an episode that ends (as
+    :attr:`podracer.envs.jax.base.Adapter.auto_reset`)."""
+
     id = "catch"
 
     def __init__(self, rows: int = 10, columns: int = 5):
@@ -87,10 +91,12 @@ class Catch:
         caught = stepped.paddle_column == stepped.ball_column
         reward = jnp.where(terminated, jnp.where(caught, 1.0, -1.0), 0.0).astype(jnp.float32)
         final_obs = self._observe(stepped, params)
+        truncated = jnp.zeros_like(terminated)  # derived from the state, so it shards like it
+        if not self.auto_reset:
+            return stepped, TimeStep(final_obs, reward, terminated, truncated, final_obs)
         fresh = self._initial_state(key, params)
         state = jax.tree.map(lambda a, b: jnp.where(terminated, a, b), fresh, stepped)
         obs = jnp.where(terminated, self._observe(fresh, params), final_obs)
-        truncated = jnp.zeros_like(terminated)  # derived from the state, so it shards like it
         return state, TimeStep(obs, reward, terminated, truncated, final_obs)
 
     def __repr__(self) -> str:

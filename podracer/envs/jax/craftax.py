@@ -128,6 +128,8 @@ class CraftaxEnvironment(base.Adapter):
 
     def step(self, key, state, action, params):
         stepped, ts, done, reset_key = self._step_only(key, state, action, params)
+        if not self.auto_reset:
+            return stepped, ts
         reset_obs, reset_state = self._env.reset(reset_key, params)
         state, next_obs = base.select_tree(done, (reset_state, reset_obs), (stepped, ts.obs))
         return state, ts._replace(obs=next_obs)

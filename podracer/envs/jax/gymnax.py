@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -110,9 +111,20 @@ class GymnaxEnvironment(Adapter):
         obs, state = self._env.reset(key, params)
         return state, obs
 
+    def _step_no_reset(self, key, state, action, params):
+        """gymnax's step without its reset (``step_env``): the ended episode's state kept."""
+        key, _ = jax.random.split(key)  # the key gymnax's step gives step_env
+        obs, state, reward, terminated, _ = self._env.step_env(key, state, action, params)
+        truncated = jnp.asarray(self._env.is_truncated(state, params), bool)
+        terminated = jnp.asarray(terminated, bool)
+        reward = jnp.asarray(reward, jnp.float32)
+        return state, TimeStep(obs, reward, terminated, truncated & ~terminated, obs)
+
     def step(self, key, state, action, params):
         if isinstance(self._action_spec, BoundedActionSpec):
             action = jnp.asarray(action, jnp.float32)
+        if not self.auto_reset:
+            return self._step_no_reset(key, state, action, params)
         obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
         terminated = jnp.asarray(terminated, bool)
         truncated = jnp.asarray(truncated, bool) & ~terminated
