@@ -31,6 +31,7 @@ OPTION_FLAGS = {
     "eval_interval": "--eval-interval N",
     "eval_episodes": "--eval-episodes N",
     "eval_greedy": "--eval-stochastic",
+    "video_interval": "--video-interval N",
     "tensorboard": "--no-tensorboard",
     "wandb": "--wandb",
     "wandb_online": "--wandb-online",
@@ -133,6 +134,7 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
         ("keep_checkpoints", "checkpoints kept (the latest, plus the best by eval return)"),
         ("eval_interval", "updates between evaluations (0: none)"),
         ("eval_episodes", "episodes per evaluation and seed"),
+        ("video_interval", "updates between videos of a greedy episode (0: none)"),
     ):
         flag = name.replace("_", "-")
         parser.add_argument(
@@ -416,7 +418,13 @@ def _options(selectors, base) -> object:
     from podracer.runs import RunOptions
 
     values = dataclasses.asdict(base)
-    for name in ("checkpoint_interval", "keep_checkpoints", "eval_interval", "eval_episodes"):
+    for name in (
+        "checkpoint_interval",
+        "keep_checkpoints",
+        "eval_interval",
+        "eval_episodes",
+        "video_interval",
+    ):
         if getattr(selectors, name) is not None:
             values[name] = getattr(selectors, name)
     if selectors.eval_stochastic:

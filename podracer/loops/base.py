@@ -140,6 +140,14 @@ class System(Protocol):
         """``evaluate(state, updates) -> returns [members, episodes]`` on fresh environments,
         with keys of its own (:data:`podracer.util.seeding.EVAL_SEED_OFFSET`)."""
 
+    @property
+    def num_members(self) -> int:
+        """The members the system trains in one program (1 for a single run)."""
+
+    def policy(self, state: Any, member: int) -> tuple[Any, Any]:
+        """``(agent, actor_params)`` of member ``member`` in ``state``, on the host: what acts
+        in an evaluation or a video (the agent with the member's hyper-parameters)."""
+
 
 class Loop(NamedTuple):
     """A training loop, as the registry knows it.

@@ -8,6 +8,7 @@ A run directory holds::
     leaderboard.jsonl  a population's "leaderboard" records (podracer.population)
     tb/              TensorBoard events
     checkpoints/     orbax checkpoints, one step directory per saved update count
+    videos/          episodes' videos (podracer eval --video, --video-interval)
 
 :func:`train` starts or resumes a run for either loop. For Anakin, resume is exact: a run
 resumed from a checkpoint calls the same compiled programs on the same state as a run that never
@@ -18,7 +19,9 @@ restored and the environments start afresh.
 The modules: :mod:`~podracer.runs.spec` (what a run is), :mod:`~podracer.runs.training`,
 :mod:`~podracer.runs.planning` (``--dry-run``), :mod:`~podracer.runs.checkpoint`,
 :mod:`~podracer.runs.logging`, :mod:`~podracer.runs.rundir` (the file names),
-:mod:`~podracer.runs.leaderboard` (a population's leaderboard rows, read and appended) and
+:mod:`~podracer.runs.leaderboard` (a population's leaderboard rows, read and appended),
+:mod:`~podracer.runs.video` (episodes recorded and captioned; :func:`video_of_run` is
+``podracer eval --video``), :mod:`~podracer.runs.media` (video files) and
 :mod:`~podracer.runs.plotting`.
 """
 
@@ -53,6 +56,7 @@ from podracer.runs.training import (
     run_logger,
     signals_held,
     train,
+    video_of_run,
 )
 
 __all__ = [
@@ -80,4 +84,5 @@ __all__ = [
     "source_digest",
     "spec_from_dict",
     "train",
+    "video_of_run",
 ]

@@ -237,6 +237,22 @@ class TensorBoardWriter:
             if name != "step":
                 self._writer.add_scalar(f"{kind}/{name}", value, step)
 
+    def video(self, record: dict[str, Any]) -> None:
+        """The video as an animated GIF in TensorBoard's image panel (``video/eval``)."""
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        from podracer.runs.media import gif_bytes
+
+        frames = record["frames"]
+        image = Summary.Image(
+            height=frames.shape[1],
+            width=frames.shape[2],
+            colorspace=3,
+            encoded_image_string=gif_bytes(frames, record["fps"]),
+        )
+        summary = Summary(value=[Summary.Value(tag="video/eval", image=image)])
+        self._writer._get_file_writer().add_summary(summary, int(record["step"]))
+
     def close(self) -> None:
         self._writer.close()
 
@@ -254,6 +270,13 @@ class WandbWriter:
         kind = record.get("kind", "train")
         scalars = {f"{kind}/{k}": v for k, v in _scalars(record).items() if k != "step"}
         self._run.log(scalars, step=int(record.get("step", 0)))
+
+    def video(self, record: dict[str, Any]) -> None:
+        """The video file as a ``wandb.Video`` (``video/eval``), at the run's current step:
+        it is written after the training steps that followed it were logged."""
+        import wandb
+
+        self._run.log({"video/eval": wandb.Video(record["path"], format="mp4")})
 
     def close(self) -> None:
         self._run.finish()
@@ -275,6 +298,14 @@ class Logger:
         record = {"kind": "train", **record}
         for backend in self.backends:
             backend.write(record)
+
+    def video(self, record: dict[str, Any]) -> None:
+        """A video (``frames`` uint8 ``[N, H, W, 3]``, ``path`` of its file, ``fps``, ``step``)
+        to every backend that shows videos (TensorBoard, wandb); called from the video
+        thread."""
+        for backend in self.backends:
+            if hasattr(backend, "video"):
+                backend.video(record)
 
     def close(self) -> None:
         for backend in self.backends:

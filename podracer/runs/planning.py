@@ -109,6 +109,10 @@ def dry_run(
       The :func:`plan` record, with ``resume_from`` (a checkpoint's update count) for a resume.
     """
     system = build_system(spec, devices)
+    if spec.options.video_interval:  # the family draws, and the video extra is installed
+        from podracer.runs.video import check_renders
+
+        check_renders(system, spec)
     more: dict[str, Any] = {}
     if resume:
         steps = checkpoint_steps(run_dir)

@@ -9,6 +9,8 @@ writes them)::
     backtest_<period>.json, .png   a trading run's backtest (podracer.cli.backtest)
     tb/                TensorBoard events
     checkpoints/       orbax checkpoints, one step directory per saved update count
+    videos/            eval-update<U>.mp4 (podracer eval --video), update<U>.mp4
+                       (--video-interval): podracer.runs.video
 """
 
 CONFIG_FILE = "config.json"
@@ -17,3 +19,4 @@ LEADERBOARD_FILE = "leaderboard.jsonl"
 RESULTS_FILE = "results.json"
 TENSORBOARD_DIR = "tb"
 CHECKPOINT_DIR = "checkpoints"
+VIDEO_DIR = "videos"

@@ -35,6 +35,10 @@ class RunOptions:
     """Episodes per evaluation (per seed)."""
     eval_greedy: bool = True
     """Evaluate the greedy policy (largest logit) rather than sampling actions."""
+    video_interval: int = 0
+    """Record a video of one greedy episode every this many updates, off the training path,
+    into ``videos/`` of the run directory, TensorBoard and wandb (0: none; needs
+    ``pip install 'podracer[video]'``)."""
     tensorboard: bool = True
     """Write TensorBoard events into the run directory."""
     wandb: bool = False
@@ -48,7 +52,7 @@ class RunOptions:
     parameter, without saving the state that holds it."""
 
     def __post_init__(self):
-        for name in ("checkpoint_interval", "eval_interval"):
+        for name in ("checkpoint_interval", "eval_interval", "video_interval"):
             if getattr(self, name) < 0:
                 raise ConfigError(
                     f"--{name.replace('_', '-')}={getattr(self, name)} is not allowed: it must be "

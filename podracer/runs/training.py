@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from typing import Any
 
+import jax
 import numpy as np
 
 from podracer import loops
@@ -16,16 +18,24 @@ from podracer.errors import ConfigError
 from podracer.loops.common import Diverged, check_finite, params_finite
 from podracer.runs.checkpoint import Checkpointer, CheckpointError
 from podracer.runs.logging import make_logger
+from podracer.runs.rundir import VIDEO_DIR
 from podracer.runs.spec import RunSpec, load_spec, save_spec
 
 
 class _Hooks(loops.RunHooks):
     """Periodic evaluation and checkpoints between calls (:class:`podracer.loops.RunHooks`)."""
 
-    def __init__(self, spec: RunSpec, checkpointer, logger, evaluate, steps_per_update, start):
+    def __init__(
+        self, spec: RunSpec, checkpointer, logger, evaluate, steps_per_update, start, videos=None
+    ):
         options = spec.options
         self.options = options
-        intervals = [i for i in (options.checkpoint_interval, options.eval_interval) if i]
+        self.videos = videos  # a VideoRecorder (--video-interval), or None
+        intervals = [
+            i
+            for i in (options.checkpoint_interval, options.eval_interval, options.video_interval)
+            if i
+        ]
         self.interval = math.gcd(*intervals) if intervals else 0
         self.checkpointer = checkpointer
         self.logger = logger
@@ -54,6 +64,8 @@ class _Hooks(loops.RunHooks):
             record = _eval_record(returns, updates, self.steps_per_update)
             self.logger.log(record)
             eval_return = record["eval_return"]
+        if self.videos is not None and updates % options.video_interval == 0:
+            self.videos.submit(state, updates)  # before the save: the state is not donated yet
         if last or (options.checkpoint_interval and updates % options.checkpoint_interval == 0):
             self.save(state, updates, eval_return)
 
@@ -215,10 +227,15 @@ def train(
     """
     system = build_system(spec, devices)
     state = system.init(spec.seed)
+    if spec.options.video_interval:  # a family that cannot draw, or no video extra: one line
+        from podracer.runs.video import check_renders
+
+        check_renders(system, spec)
     if not resume:
         save_spec(run_dir, spec)
     checkpointer = Checkpointer(run_dir, keep=spec.options.keep_checkpoints)
     logger = None
+    videos = None
     try:
         start = 0
         if resume:  # the checkpoint is checked before anything is added to the run directory
@@ -240,12 +257,21 @@ def train(
             evaluate = system.evaluator(
                 seed=spec.seed, episodes=options.eval_episodes, greedy=options.eval_greedy
             )
-        hooks = _Hooks(spec, checkpointer, logger, evaluate, system.recipe.steps_per_update, start)
+        steps_per_update = system.recipe.steps_per_update
+        if options.video_interval:
+            from podracer.runs.video import VideoRecorder
+
+            videos = VideoRecorder(system, spec, run_dir, logger, steps_per_update)
+        hooks = _Hooks(spec, checkpointer, logger, evaluate, steps_per_update, start, videos)
         with hooks.reporting_interrupts():
             result = system.run(
                 state, seed=spec.seed, start_update=start, hooks=hooks, progress=logger
             )
+        if videos is not None:
+            videos.close()
     finally:
+        if videos is not None:
+            videos.pool.shutdown(wait=False, cancel_futures=True)
         if logger is not None:
             logger.close()
         checkpointer.close()
@@ -305,3 +331,67 @@ def evaluate_run(
         "step": int(meta["step"]),
         "run_dir": run_dir,
     }
+
+
+def video_of_run(
+    run_dir: str,
+    path: str | None = None,
+    *,
+    episodes: int = 1,
+    member: int | None = None,
+    best: bool = False,
+    step: int | None = None,
+    greedy: bool = True,
+    fps: int = 30,
+) -> dict[str, Any]:
+    """``podracer eval RUN_DIR --video [PATH]``: ``episodes`` whole episodes of a saved run's
+    greedy policy, captioned, in one video (default ``RUN_DIR/videos/eval-update<U>.mp4``).
+
+    ``step`` picks the checkpoint (default: the latest); ``member`` a population's member, or
+    ``best`` its best one by a greedy evaluation (a single run: ``best`` is the checkpoint of
+    the best evaluation return, as ``podracer eval --best``)."""
+    from podracer.core.evaluation import eval_key
+    from podracer.runs import video
+    from podracer.runs.media import require_writer, write_video
+
+    spec = load_spec(run_dir)
+    if path is not None:
+        require_writer(path)
+    members_run = spec.population is not None or _members(spec) > 1
+    system, state, meta = restore_run(spec, run_dir, step=step, best=best and not members_run)
+    video.check_renders(system, spec)
+    updates = int(meta["updates"])
+    chosen = video.choose_member(system, state, spec.seed, updates, member, best and members_run)
+    agent, actor_params = system.policy(state, chosen)
+    recorded = []
+    for episode in range(episodes):
+        key = jax.random.fold_in(eval_key(spec.seed, updates), episode)
+        recorded.append(video.record(system, spec, agent, actor_params, key, greedy=greedy))
+    frames = [video.caption(e, member=chosen if system.num_members > 1 else None) for e in recorded]
+    path = path or os.path.join(run_dir, VIDEO_DIR, f"eval-update{updates}.mp4")
+    write_video(path, _same_size(frames), fps)
+    return {
+        "video": path,
+        "frames": int(sum(len(f) for f in frames)),
+        "episodes": episodes,
+        "returns": [e.episode_return for e in recorded],
+        "member": chosen,
+        "updates": updates,
+        "step": int(meta["step"]),
+        "run_dir": run_dir,
+    }
+
+
+def _members(spec) -> int:
+    return int(getattr(spec.arch_config, "num_seeds", 1) or 1)
+
+
+def _same_size(videos: list[np.ndarray]) -> np.ndarray:
+    """Episodes' frames as one video: each padded (black) to the largest height and width."""
+    height = max(v.shape[1] for v in videos)
+    width = max(v.shape[2] for v in videos)
+    padded = [
+        np.pad(v, ((0, 0), (0, height - v.shape[1]), (0, width - v.shape[2]), (0, 0)))
+        for v in videos
+    ]
+    return np.concatenate(padded)

@@ -70,6 +70,20 @@ class Anakin(NamedTuple):
         )
         return result
 
+    @property
+    def num_members(self) -> int:
+        return self.config.num_seeds
+
+    def policy(self, state, member: int):
+        """``(agent, actor_params)`` of member ``member`` (:meth:`podracer.loops.System.policy`);
+        the members act with the recipe's agent, as in :meth:`evaluator`."""
+        agent = self.recipe.agent
+        learner = state.learner
+        params, agent_state = jax.tree.map(
+            lambda x: x[member], fetch((learner.params, learner.agent_state))
+        )
+        return agent, agent.actor_params(params, one_device(agent, agent_state))
+
     def evaluator(self, *, seed: int, episodes: int, greedy: bool):
         """``evaluate(state, updates) -> returns [members, episodes]``: every member's params on
         ``episodes`` fresh environments, on device."""

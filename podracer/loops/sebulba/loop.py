@@ -181,6 +181,21 @@ class SebulbaSystem(NamedTuple):
             periodic=self.periodic,
         )
 
+    @property
+    def num_members(self) -> int:
+        return self.config.num_seeds
+
+    def policy(self, state, member: int):
+        """``(agent, actor_params)`` of member ``member``, with its hyper-parameters
+        (:meth:`podracer.loops.System.policy`)."""
+        learner = state.learner
+        params, agent_state, hparams = jax.device_get(
+            (learner.params, learner.agent_state, state.hparams)
+        )
+        agent, _ = agent_of(self.recipe, self.members)({n: v[member] for n, v in hparams.items()})
+        params, agent_state = jax.tree.map(lambda x: x[member], (params, agent_state))
+        return agent, agent.actor_params(params, one_device(agent, agent_state))
+
     def evaluator(self, *, seed: int, episodes: int, greedy: bool):
         """``evaluate(state, updates) -> returns [members, episodes]``: each member's params
         (with its hyper-parameters) on a separate sync host environment of ``episodes``
