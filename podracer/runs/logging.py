@@ -276,7 +276,7 @@ class WandbWriter:
         it is written after the training steps that followed it were logged."""
         import wandb
 
-        self._run.log({"video/eval": wandb.Video(record["path"], format="mp4")})
+        self._run.log({"video/eval": wandb.Video(record["path"], format="mp4")}, step=None)
 
     def close(self) -> None:
         self._run.finish()
