@@ -110,7 +110,7 @@ def trading(env: Any, states: Any, params: Any) -> np.ndarray:
     canvas = FigureCanvasAgg(figure)
     top, bottom = figure.subplots(2, 1, height_ratios=(3, 1))
     figure.subplots_adjust(left=0.1, right=0.98, top=0.92, bottom=0.06, hspace=0.3)
-    top.set_xlim(0, steps)
+    top.set_xlim(-0.01 * steps, 1.01 * steps)  # the thick line's ends inside the axes
     top.set_ylim(low - pad, high + pad)
     top.axhline(1.0, color=(0.8, 0.8, 0.8), linewidth=0.8)
     top.set_ylabel("price, value / day 0", fontsize=8)
