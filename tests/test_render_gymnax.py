@@ -127,10 +127,6 @@ def test_tasks_gymnax_does_not_draw_say_so_in_one_line():
         ("MountainCar-v0", (400, 600)),
         ("Pendulum-v1", (500, 500)),
         ("MountainCarContinuous-v0", (400, 600)),
-        ("Asterix-MinAtar", (320, 320)),
-        ("Freeway-MinAtar", (320, 320)),
-        ("SpaceInvaders-MinAtar", (320, 320)),
-        ("Seaquest-MinAtar", (320, 320)),
         ("Pong-misc", (420, 560)),
         ("Catch-bsuite", (400, 400)),
         ("MetaMaze-misc", (400, 400)),
@@ -149,3 +145,25 @@ def test_every_task_gymnax_draws_renders(name, size):
     assert any(moved)  # the picture follows the states
     again = renderer(env, env.id)(jax.tree.map(lambda x: x[::-1], states), params)
     np.testing.assert_array_equal(again[::-1], frames)  # equal states, equal frames
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name", ["Asterix-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar", "Seaquest-MinAtar"]
+)
+def test_minatar_first_states_have_their_channels_colours(name):
+    import seaborn
+
+    # Their first states (compiling their steps takes tens of seconds on a CPU).
+    env = envs.make(f"gymnax:{name}")
+    params = env.default_params
+    firsts = [env.reset(jax.random.key(seed), params) for seed in range(2)]
+    states = jax.tree.map(lambda *x: np.stack(x), *(state for state, _ in firsts))
+    obs = np.stack([np.asarray(ts.obs) for _, ts in firsts]) > 0  # [2, 10, 10, C]
+    frames = renderer(env, env.id)(states, params)
+    assert frames.shape == (2, 320, 320, 3) and frames.dtype == np.uint8
+    channels = obs.shape[-1]
+    palette = np.round(np.asarray(seaborn.color_palette("cubehelix", channels)) * 255)
+    highest = channels - 1 - np.argmax(obs[..., ::-1], axis=-1)
+    expected = np.where(obs.any(axis=-1)[..., None], palette[highest], 0)
+    np.testing.assert_array_equal(frames[:, 16::32, 16::32], expected)
