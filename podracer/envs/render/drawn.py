@@ -7,6 +7,7 @@ Each is a family renderer of :mod:`podracer.envs.render`: ``function(env, states
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -73,9 +74,9 @@ def trading(env: Any, states: Any, params: Any) -> np.ndarray:
     price on the episode's first day (thin lines) and the portfolio's value over the initial
     cash (the thick red line), from the first day of the episode to the state's day, on axes
     that span the whole episode; below, each asset's position as a share of the portfolio's
-    value (bars); the day, the value and the cash's share in the title. One matplotlib figure
-    (Agg canvas, no display) is drawn once, and each frame redraws only its lines, bars and
-    title over it (blitting).
+    value (bars); the date, the day, the value and the cash's share in the title. One
+    matplotlib figure (Agg canvas, no display) is drawn once, and each frame redraws only its
+    lines, bars and title over it (blitting).
 
     Returns:
       uint8 ``[T, 400, 640, 3]``.
@@ -95,6 +96,8 @@ def trading(env: Any, states: Any, params: Any) -> np.ndarray:
     _, _, steps = episode_days(env.data.dates, params, env.id)
     start = end - steps  # [T]: the episode's first day
     assets = close.shape[1]
+    dates = np.asarray(env.data.dates).astype(str)
+    name = os.path.basename(env.id)  # a CSV's name, not its path
 
     relative = value / params.initial_cash
     windows = set(zip(start.tolist(), end.tolist(), strict=True))
@@ -149,7 +152,7 @@ def trading(env: Any, states: Any, params: Any) -> np.ndarray:
         corners_y = np.concatenate([np.zeros((assets, 1)), top_edge, np.zeros((assets, 1))], -1)
         bars.set_verts(np.stack([corners_x, corners_y], axis=-1))
         title.set_text(
-            f"{env.id}  day {d - s}/{steps}  value {value[t]:,.0f}  "
+            f"{name}  {dates[d]}  day {d - s}/{steps}  value {value[t]:,.0f}  "
             f"cash {cash[t] / max(value[t], 1e-9):.0%}"
         )
         canvas.restore_region(background)
