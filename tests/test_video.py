@@ -61,6 +61,20 @@ def test_a_catch_episode_has_a_frame_per_step_plus_one_and_the_ball_falls_a_row_
     assert set(paddle_rows // CELL) == {9} and caught == (episode.rewards[-1] == 1.0)
 
 
+def test_a_long_episode_is_drawn_a_chunk_at_a_time():
+    states = np.arange(150)
+    drawn_chunks = []
+
+    def draw(part, params):
+        drawn_chunks.append(len(part))
+        return np.repeat(part.astype(np.uint8)[:, None, None, None], 3, axis=-1)
+
+    episode = Episode(np.zeros(149), states=states, draw=draw, params=None)
+    chunks = list(caption(episode))
+    assert drawn_chunks == [64, 64, 22] and [len(c) for c in chunks] == [64, 64, 22]
+    assert [int(c[0, CAPTION_HEIGHT, 0, 0]) for c in chunks] == [0, 64, 128]
+
+
 def test_an_environment_renders_through_its_own_render_method(catch_run):
     class Drawn(Catch):
         def render(self, state, params):
@@ -77,7 +91,7 @@ def test_an_environment_renders_through_its_own_render_method(catch_run):
 
 def test_the_caption_is_a_strip_above_the_frames_with_the_step_and_return():
     frames = np.full((3, 20, 40, 3), 7, np.uint8)
-    out = caption(Episode(frames, np.array([0.0, 1.0])), member=2)
+    out = np.concatenate(list(caption(Episode(np.array([0.0, 1.0]), drawn=frames), member=2)))
     assert out.shape == (3, CAPTION_HEIGHT + 20, 40, 3)
     np.testing.assert_array_equal(out[:, CAPTION_HEIGHT:], frames)
     assert (out[:, :CAPTION_HEIGHT] > 128).any(axis=(1, 2, 3)).all()  # text in every strip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -42,21 +43,40 @@ def _even(frames: np.ndarray) -> np.ndarray:
     return np.pad(frames, pad) if height % 2 or width % 2 else frames
 
 
-def write_video(path: str, frames: np.ndarray, fps: int = FPS) -> str:
-    """Writes uint8 ``[N, H, W, 3]`` frames as an MP4 (H.264, imageio-ffmpeg's own ffmpeg) or a
-    GIF (by the suffix); returns ``path``."""
-    import imageio.v3 as iio
+def _fit(frames: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Frames padded (black) or cut to ``height x width`` (a video's frames have one size)."""
+    frames = frames[:, :height, :width]
+    pad = ((0, 0), (0, height - frames.shape[1]), (0, width - frames.shape[2]), (0, 0))
+    return np.pad(frames, pad)
+
+
+def write_video(path: str, chunks: Iterable[np.ndarray], fps: int = FPS) -> int:
+    """Writes frames, uint8 ``[n, H, W, 3]`` chunks in order (an array of all of them is one
+    chunk), as an MP4 (H.264, streamed to imageio-ffmpeg's own ffmpeg) or a GIF (by the suffix);
+    every frame takes the first frame's size (padded to even); returns the frames written."""
+    import imageio.v2 as imageio
 
     require_writer(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    frames = _even(np.asarray(frames, np.uint8))
+    if isinstance(chunks, np.ndarray):
+        chunks = [chunks]
     if path.lower().endswith(".gif"):
-        iio.imwrite(path, frames, extension=".gif", duration=1000 / fps, loop=0)
-        return path
-    with warnings.catch_warnings():  # imageio-ffmpeg starts ffmpeg, which JAX warns of
-        warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-        iio.imwrite(path, frames, extension=".mp4", fps=fps, codec="libx264", macro_block_size=1)
-    return path
+        writer = imageio.get_writer(path, mode="I", duration=1000 / fps, loop=0)
+    else:
+        with warnings.catch_warnings():  # imageio-ffmpeg starts ffmpeg, which JAX warns of
+            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+            writer = imageio.get_writer(
+                path, fps=fps, codec="libx264", macro_block_size=1, ffmpeg_log_level="error"
+            )
+    count, size = 0, None
+    with writer:
+        for frames in chunks:
+            frames = np.asarray(frames, np.uint8)
+            size = size or _even(frames[:1]).shape[1:3]
+            for frame in _fit(frames, *size):
+                writer.append_data(frame)
+                count += 1
+    return count
 
 
 def gif_bytes(frames: np.ndarray, fps: int = FPS) -> bytes:

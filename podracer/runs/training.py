@@ -367,12 +367,14 @@ def video_of_run(
     for episode in range(episodes):
         key = jax.random.fold_in(eval_key(spec.seed, updates), episode)
         recorded.append(video.record(system, spec, agent, actor_params, key, greedy=greedy))
-    frames = [video.caption(e, member=chosen if system.num_members > 1 else None) for e in recorded]
     path = path or os.path.join(run_dir, VIDEO_DIR, f"eval-update{updates}.mp4")
-    write_video(path, _same_size(frames), fps)
+    shown = chosen if system.num_members > 1 else None
+    frames = write_video(
+        path, (chunk for e in recorded for chunk in video.caption(e, member=shown)), fps
+    )
     return {
         "video": path,
-        "frames": int(sum(len(f) for f in frames)),
+        "frames": frames,
         "episodes": episodes,
         "returns": [e.episode_return for e in recorded],
         "member": chosen,
@@ -384,14 +386,3 @@ def video_of_run(
 
 def _members(spec) -> int:
     return int(getattr(spec.arch_config, "num_seeds", 1) or 1)
-
-
-def _same_size(videos: list[np.ndarray]) -> np.ndarray:
-    """Episodes' frames as one video: each padded (black) to the largest height and width."""
-    height = max(v.shape[1] for v in videos)
-    width = max(v.shape[2] for v in videos)
-    padded = [
-        np.pad(v, ((0, 0), (0, height - v.shape[1]), (0, width - v.shape[2]), (0, 0)))
-        for v in videos
-    ]
-    return np.concatenate(padded)

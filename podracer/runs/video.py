@@ -11,8 +11,12 @@ in, before any reset): ``T + 1`` frames for ``T`` steps.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import numpy as np
@@ -35,19 +39,52 @@ from podracer.runs.media import FPS, require_writer, write_video
 CAPTION_HEIGHT = 16
 """Pixels of the caption strip above each frame."""
 
+PREVIEW_FRAMES = 150
+"""Frames at most of a video's preview in TensorBoard (an animated GIF): every few frames."""
+
+PREVIEW_WIDTH = 320
+"""Pixels at most of the preview's width (a wider frame is subsampled)."""
+
 CHUNK = 64
 """Steps of one compiled call while a JAX episode is recorded (it stops at the episode's end)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Episode:
-    """One recorded episode: ``frames`` uint8 ``[T + 1, H, W, 3]`` (the reset's state to the
-    last state), ``rewards`` ``[T]``, ``success`` the episode's success flag where the
-    environment reports one (else None)."""
+    """One recorded episode: ``rewards`` ``[T]``, ``success`` the episode's success flag where
+    the environment reports one (else None), and its ``T + 1`` frames (the reset's state to the
+    last state), drawn :data:`CHUNK` at a time by :meth:`chunks` (a long episode's frames are
+    never all in memory at once) or all at once by :attr:`frames`.
 
-    frames: np.ndarray
+    A JAX episode keeps its ``states`` (stacked, on the host) and draws them with ``draw``
+    (its renderer) and the environment's ``params``; a host episode keeps its ``drawn`` frames.
+    """
+
     rewards: np.ndarray
     success: bool | None = None
+    states: Any = None
+    draw: Any = None
+    params: Any = None
+    drawn: np.ndarray | None = None
+
+    @property
+    def num_frames(self) -> int:
+        if self.drawn is not None:
+            return len(self.drawn)
+        return len(jax.tree.leaves(self.states)[0])
+
+    def chunks(self, size: int = CHUNK) -> Iterator[np.ndarray]:
+        """The frames, uint8 ``[<= size, H, W, 3]`` at a time, in order."""
+        for start in range(0, self.num_frames, size):
+            if self.drawn is not None:
+                yield self.drawn[start : start + size]
+            else:
+                part = jax.tree.map(lambda x, s=start: x[s : s + size], self.states)
+                yield self.draw(part, self.params)
+
+    @property
+    def frames(self) -> np.ndarray:
+        return np.concatenate(list(self.chunks()))
 
     @property
     def episode_return(self) -> float:
@@ -103,8 +140,9 @@ def record_jax_episode(
     states = jax.tree.map(lambda first, *rest: np.concatenate([first, *rest]), *states)
     last = steps + 1 if kept or not dones.any() else steps
     states = jax.tree.map(lambda x: x[:last], states)
-    frames = draw(states, env_params)
-    return Episode(frames, np.asarray(rewards[:steps], np.float64))
+    draw(jax.tree.map(lambda x: x[:1], states), env_params)  # a renderer's failure: now
+    rewards = np.asarray(rewards[:steps], np.float64)
+    return Episode(rewards, states=states, draw=draw, params=env_params)
 
 
 def record_host_episode(
@@ -148,29 +186,33 @@ def record_host_episode(
                 break
     finally:
         env.close()
-    return Episode(np.stack(frames), np.asarray(rewards, np.float64), success)
+    return Episode(np.asarray(rewards, np.float64), success, drawn=np.stack(frames))
 
 
-def caption(episode: Episode, *, member: int | None = None) -> np.ndarray:
-    """The episode's frames under a caption strip (:data:`CAPTION_HEIGHT` pixels): the step,
-    the return so far and, where they exist, the success flag and the member; uint8
-    ``[T + 1, CAPTION_HEIGHT + H, W, 3]``."""
+def caption(episode: Episode, *, member: int | None = None) -> Iterator[np.ndarray]:
+    """The episode's frames under a caption strip (:data:`CAPTION_HEIGHT` pixels), a chunk at a
+    time (:meth:`Episode.chunks`): the step, the return so far and, where they exist, the
+    success flag (on the last frame) and the member; uint8 ``[n, CAPTION_HEIGHT + H, W, 3]``."""
     from PIL import Image, ImageDraw
 
-    frames = episode.frames
     returns = np.concatenate([[0.0], np.cumsum(episode.rewards)])
-    out = np.zeros((len(frames), CAPTION_HEIGHT + frames.shape[1], frames.shape[2], 3), np.uint8)
-    out[:, CAPTION_HEIGHT:] = frames
-    for t in range(len(frames)):
-        parts = [f"step {t}", f"return {returns[min(t, len(returns) - 1)]:.4g}"]
-        if episode.success is not None and t == len(frames) - 1:
-            parts.append("success" if episode.success else "no success")
-        if member is not None:
-            parts.append(f"member {member}")
-        strip = Image.new("RGB", (frames.shape[2], CAPTION_HEIGHT), (0, 0, 0))
-        ImageDraw.Draw(strip).text((2, 2), "  ".join(parts), fill=(255, 255, 255))
-        out[t, :CAPTION_HEIGHT] = np.asarray(strip)
-    return out
+    last = episode.num_frames - 1
+    t = 0
+    for frames in episode.chunks():
+        height, width = frames.shape[1:3]
+        out = np.zeros((len(frames), CAPTION_HEIGHT + height, width, 3), np.uint8)
+        out[:, CAPTION_HEIGHT:] = frames
+        for i in range(len(frames)):
+            parts = [f"step {t}", f"return {returns[min(t, len(returns) - 1)]:.4g}"]
+            if episode.success is not None and t == last:
+                parts.append("success" if episode.success else "no success")
+            if member is not None:
+                parts.append(f"member {member}")
+            strip = Image.new("RGB", (width, CAPTION_HEIGHT), (0, 0, 0))
+            ImageDraw.Draw(strip).text((2, 2), "  ".join(parts), fill=(255, 255, 255))
+            out[i, :CAPTION_HEIGHT] = np.asarray(strip)
+            t += 1
+        yield out
 
 
 def draws_on_host(env_id: str) -> bool:
@@ -216,6 +258,13 @@ def choose_member(system, state, seed: int, updates: int, member: int | None, be
     return 0
 
 
+def _lowest_priority() -> None:
+    """The calling thread (and the ffmpeg it starts) at the lowest CPU priority (Linux: a
+    thread's nice value is its own): the video thread takes the cores the training leaves."""
+    with contextlib.suppress(AttributeError, OSError):  # else: an even share of the cores
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 class VideoRecorder:
     """``--video-interval N``: one greedy evaluation episode every ``N`` updates, recorded and
     written by one background thread, off the training path. The training thread only copies
@@ -228,7 +277,9 @@ class VideoRecorder:
         self.system, self.spec, self.run_dir = system, spec, run_dir
         self.logger = logger
         self.steps_per_update = steps_per_update
-        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="podracer-video")
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="podracer-video", initializer=_lowest_priority
+        )
         self.pending: list[concurrent.futures.Future] = []
 
     def submit(self, state, updates: int) -> None:
@@ -240,17 +291,27 @@ class VideoRecorder:
     def _write(self, agent, actor_params, updates: int) -> str:
         key = eval_key(self.spec.seed, updates)
         episode = record(self.system, self.spec, agent, actor_params, key)
-        frames = caption(episode)
         path = os.path.join(self.run_dir, rundir.VIDEO_DIR, f"update{updates}.mp4")
-        write_video(path, frames)
+        every = max(1, -(-episode.num_frames // PREVIEW_FRAMES))
+        preview: list[np.ndarray] = []
+
+        def kept(chunks):  # the preview: every few frames, at most PREVIEW_WIDTH wide
+            t = 0
+            for frames in chunks:
+                step = max(1, -(-frames.shape[2] // PREVIEW_WIDTH))
+                preview.extend(f[::step, ::step] for i, f in enumerate(frames, t) if i % every == 0)
+                t += len(frames)
+                yield frames
+
+        write_video(path, kept(caption(episode)))
         self.logger.video(
             {
                 "kind": "video",
                 "step": updates * self.steps_per_update,
                 "updates": updates,
                 "path": path,
-                "frames": frames,
-                "fps": FPS,
+                "frames": np.stack(preview),
+                "fps": max(1, FPS // every),
                 "return": episode.episode_return,
             }
         )
