@@ -85,3 +85,7 @@ def test_trading_chart_follows_the_day_and_the_value():
     assert np.all(np.diff(ends) > 0)
     assert np.polyfit(relative, heights, 1)[0] < 0  # a higher value is higher on the chart
     assert np.ptp(heights) > 20  # the value moved enough pixels for the fit to mean something
+    # Drawn a chunk of states at a time, in order (as a video is), the frames are the same.
+    parts = [jax.tree.map(lambda x, i=i: x[i : i + 7], states) for i in range(0, steps + 1, 7)]
+    chunked = np.concatenate([drawn.trading(env, part, params) for part in parts])
+    np.testing.assert_array_equal(chunked, frames)

@@ -68,23 +68,29 @@ VALUE_COLOUR = (214, 39, 40)
 """The portfolio value's line (drawn without antialiasing: its pixels have exactly this
 colour)."""
 
+_VALUES: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+"""The value line of the episode drawn last on each window, ``(id(env), first day, end)``:
+``(days, values)`` up to the last state drawn, so a video drawn a chunk of states at a time
+continues its line where the chunk before it stopped."""
+
 
 def trading(env: Any, states: Any, params: Any) -> np.ndarray:
     """A chart of each day of a trading episode: above, the close price of each asset over the
     price on the episode's first day (thin lines) and the portfolio's value over the initial
-    cash (the thick red line), from the first day of the episode to the state's day, on axes
-    that span the whole episode; below, each asset's position as a share of the portfolio's
-    value (bars); the date, the day, the value and the cash's share in the title. One
+    cash (the thick red line), from the first day of the episode to the state's day; below,
+    each asset's position as a share of the portfolio's value (bars); the date, the day, the
+    value and the cash's share in the title.
+
+    A frame depends on its state and on the values of the episode's states before it (the
+    line): those of this call, and of the call before it where that call drew the day before
+    this call's first (:data:`_VALUES`; a video drawn in chunks, in order, is the video drawn
+    at once). The axes are the episode's: its days, and its assets' prices over them. One
     matplotlib figure (Agg canvas, no display) is drawn once, and each frame redraws only its
     lines, bars and title over it (blitting).
 
     Returns:
       uint8 ``[T, 400, 640, 3]``.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.collections import LineCollection, PolyCollection
-    from matplotlib.figure import Figure
-
     from podracer.trading.environment import episode_days
 
     close = np.asarray(env._close, np.float64)  # [days, D]
@@ -95,71 +101,104 @@ def trading(env: Any, states: Any, params: Any) -> np.ndarray:
     holdings = np.asarray(states.holdings, np.float64).reshape(len(day), -1)  # [T, D]
     _, _, steps = episode_days(env.data.dates, params, env.id)
     start = end - steps  # [T]: the episode's first day
-    assets = close.shape[1]
+    relative = value / params.initial_cash
+    positions = holdings * close[day] / np.maximum(value[:, None], 1e-9)  # [T, D]
     dates = np.asarray(env.data.dates).astype(str)
     name = os.path.basename(env.id)  # a CSV's name, not its path
 
-    relative = value / params.initial_cash
-    windows = set(zip(start.tolist(), end.tolist(), strict=True))
-    prices = [close[s : e + 1] / close[s] for s, e in windows]
-    low = min(min(p.min() for p in prices), relative.min())
-    high = max(max(p.max() for p in prices), relative.max())
-    pad = 0.05 * (high - low) + 1e-6
-    positions = holdings * close[day] / np.maximum(value[:, None], 1e-9)  # [T, D]
-
-    width, height = TRADING_SIZE
-    dpi = 100
-    figure = Figure(figsize=(width / dpi, height / dpi), dpi=dpi)
-    canvas = FigureCanvasAgg(figure)
-    top, bottom = figure.subplots(2, 1, height_ratios=(3, 1))
-    figure.subplots_adjust(left=0.1, right=0.98, top=0.92, bottom=0.06, hspace=0.3)
-    top.set_xlim(-0.01 * steps, 1.01 * steps)  # the thick line's ends inside the axes
-    top.set_ylim(low - pad, high + pad)
-    top.axhline(1.0, color=(0.8, 0.8, 0.8), linewidth=0.8)
-    top.set_ylabel("price, value / day 0", fontsize=8)
-    price_lines = LineCollection([], linewidths=0.7, alpha=0.6, colors=[(0.25, 0.45, 0.7)])
-    top.add_collection(price_lines)
-    (value_line,) = top.plot(
-        [], [], linewidth=2.5, color=np.asarray(VALUE_COLOUR) / 255, antialiased=False
-    )
-    title = top.set_title("", fontsize=10)
-    bars = PolyCollection([], facecolors=[(0.25, 0.45, 0.7)])
-    bottom.add_collection(bars)
-    left = np.arange(assets) - 0.4  # [D]: the bars' left edges, 0.8 wide
-    bottom.set_xlim(-0.6, assets - 0.4)
-    bottom.set_ylim(0, min(1.0, positions.max() * 1.1) + 1e-6)
-    bottom.set_ylabel("held / value", fontsize=8)
-    bottom.set_xticks([])
-    bottom.tick_params(labelsize=8)
-    top.tick_params(labelsize=8)
-    # Blitting: the axes are drawn once; a frame redraws only what moves over them.
-    moving = [price_lines, value_line, title, bars]
-    for artist in moving:
-        artist.set_animated(True)
-    canvas.draw()
-    background = canvas.copy_from_bbox(figure.bbox)
-
-    frames = np.empty((len(day), height, width, 3), np.uint8)
+    chart = _TradingChart(close.shape[1], steps)
+    frames = np.empty((len(day), *chart.shape), np.uint8)
+    lines: dict[tuple[int, int, int], tuple[list, list]] = {}
     for t in range(len(day)):
-        s, d = start[t], day[t]
-        x = np.arange(d - s + 1)
-        paths = (close[s : d + 1] / close[s]).T  # [D, days so far]
-        price_lines.set_segments(np.stack(np.broadcast_arrays(x, paths), axis=-1))
-        same = (end[: t + 1] == end[t]) & (day[: t + 1] <= d)
-        value_line.set_data(day[: t + 1][same] - s, relative[: t + 1][same])
-        top_edge = np.broadcast_to(positions[t][:, None], (assets, 2))
-        corners_x = np.stack([left, left, left + 0.8, left + 0.8], axis=-1)  # [D, 4]
-        corners_y = np.concatenate([np.zeros((assets, 1)), top_edge, np.zeros((assets, 1))], -1)
-        bars.set_verts(np.stack([corners_x, corners_y], axis=-1))
-        title.set_text(
+        s, d, key = start[t], day[t], (id(env), int(start[t]), int(end[t]))
+        days, values = lines.get(key) or ([], [])
+        if not days:  # this call's first state of the episode: the line drawn before it
+            before = _VALUES.get(key)
+            if before is not None and before[0][-1] == d - 1:
+                days, values = list(before[0]), list(before[1])
+        if days and days[-1] >= d:  # another episode on the same days
+            days, values = [], []
+        days.append(d)
+        values.append(relative[t])
+        lines[key] = days, values
+        title = (
             f"{name}  {dates[d]}  day {d - s}/{steps}  value {value[t]:,.0f}  "
             f"cash {cash[t] / max(value[t], 1e-9):.0%}"
         )
-        canvas.restore_region(background)
-        for artist in moving:
-            figure.draw_artist(artist)
-        frames[t] = np.asarray(canvas.buffer_rgba())[..., :3]
+        prices = close[s : end[t] + 1] / close[s]  # [steps + 1, D]
+        frames[t] = chart.draw(prices, d - s, np.asarray(days) - s, values, positions[t], title)
+    for key, (days, values) in lines.items():
+        _VALUES.pop(key, None)
+        _VALUES[key] = np.asarray(days), np.asarray(values)
+        while len(_VALUES) > 16:
+            _VALUES.pop(next(iter(_VALUES)))
     return frames
+
+
+class _TradingChart:
+    """The figure of :func:`trading`, its axes drawn once (``assets`` assets, episodes of
+    ``steps`` days); :meth:`draw` draws a frame over them."""
+
+    def __init__(self, assets: int, steps: int):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.collections import LineCollection, PolyCollection
+        from matplotlib.figure import Figure
+
+        width, height = TRADING_SIZE
+        self.shape = (height, width, 3)
+        self.steps = steps
+        dpi = 100
+        self.figure = Figure(figsize=(width / dpi, height / dpi), dpi=dpi)
+        self.canvas = FigureCanvasAgg(self.figure)
+        self.top, bottom = self.figure.subplots(2, 1, height_ratios=(3, 1))
+        self.figure.subplots_adjust(left=0.1, right=0.98, top=0.92, bottom=0.06, hspace=0.3)
+        self.top.set_xlim(-0.01 * steps, 1.01 * steps)  # the thick line's ends inside the axes
+        self.top.axhline(1.0, color=(0.8, 0.8, 0.8), linewidth=0.8)
+        self.top.set_ylabel("price, value / day 0", fontsize=8)
+        blue = (0.25, 0.45, 0.7)
+        self.prices = LineCollection([], linewidths=0.7, alpha=0.6, colors=[blue])
+        self.top.add_collection(self.prices)
+        colour = np.asarray(VALUE_COLOUR) / 255
+        (self.value,) = self.top.plot([], [], linewidth=2.5, color=colour, antialiased=False)
+        self.title = self.top.set_title("", fontsize=10)
+        self.bars = PolyCollection([], facecolors=[blue])
+        bottom.add_collection(self.bars)
+        self.left = np.arange(assets) - 0.4  # [D]: the bars' left edges, 0.8 wide
+        bottom.set_xlim(-0.6, assets - 0.4)
+        bottom.set_ylim(0, min(1.0, max(0.25, 4 / assets)))  # 4x an even share
+        bottom.set_ylabel("held / value", fontsize=8)
+        bottom.set_xticks([])
+        bottom.tick_params(labelsize=8)
+        self.top.tick_params(labelsize=8)
+        self.moving = [self.prices, self.value, self.title, self.bars]
+        for artist in self.moving:
+            artist.set_animated(True)
+        self.limits = None  # the price axis's, set by the first episode drawn
+        self.background = None
+
+    def draw(self, prices, today, days, values, positions, title) -> np.ndarray:
+        """uint8 ``[H, W, 3]``: the episode's ``prices [steps + 1, D]`` up to day ``today``,
+        the value line ``values`` at ``days``, the bars' ``positions [D]`` and the title."""
+        low, high = min(prices.min(), 1.0), max(prices.max(), 1.0)
+        limits = (low - 0.1 * (high - low) - 1e-3, high + 0.1 * (high - low) + 1e-3)
+        if limits != self.limits:  # the axes of the episode: drawn once each
+            self.limits = limits
+            self.top.set_ylim(*limits)
+            self.canvas.draw()
+            self.background = self.canvas.copy_from_bbox(self.figure.bbox)
+        x = np.arange(today + 1)
+        self.prices.set_segments(np.stack(np.broadcast_arrays(x, prices[: today + 1].T), -1))
+        self.value.set_data(days, values)
+        top = np.broadcast_to(positions[:, None], (len(positions), 2))
+        zeros = np.zeros((len(positions), 1))
+        corners_x = np.stack([self.left, self.left, self.left + 0.8, self.left + 0.8], -1)
+        corners_y = np.concatenate([zeros, top, zeros], axis=-1)  # [D, 4]
+        self.bars.set_verts(np.stack([corners_x, corners_y], axis=-1))
+        self.title.set_text(title)
+        self.canvas.restore_region(self.background)
+        for artist in self.moving:
+            self.figure.draw_artist(artist)
+        return np.asarray(self.canvas.buffer_rgba())[..., :3]
 
 
 __all__ = ["catch", "trading"]
