@@ -318,7 +318,8 @@ class HostEnvironment(Protocol):
     :class:`EpisodeInfo` ``[num_envs]``. The mode is explicit: ``is_async`` False (sync) uses
     ``reset() -> TimeStep`` and ``step(actions [num_envs]) -> TimeStep``; ``is_async`` True
     uses ``async_reset()``, then ``recv() -> (TimeStep [batch_size], env_ids [batch_size])`` and
-    ``send(actions, env_ids)`` in turn (``batch_size < num_envs``).
+    ``send(actions, env_ids)`` in turn (``batch_size < num_envs``). Optional: ``render() ->
+    uint8 [num_envs, H, W, 3]``, their frames (envpool and gymnasium made with ``render=True``).
     """
 
     id: str

@@ -77,6 +77,15 @@ for Atari is 27000, i.e. 108000 frames) is an option of every task that has one.
 envpool's task config (``noop_max``, ``frame_skip``, MuJoCo's ``frame_skip``, ``frame_stack``,
 ``ctrl_cost_weight``, ``terminate_when_unhealthy``, ``reset_noise_scale``, ...) are passed through
 under envpool's names.
+
+**Rendering** (``render=True``, sync mode): :meth:`EnvpoolEnvironment.render` returns envpool's
+frames of every env, uint8 ``[num_envs, H, W, 3]`` (classic control 400 x 600, Atari the full
+210 x 160 screen whatever ``img_height`` / ``img_width``, MuJoCo 480 x 480); after a step that
+ended an episode, that env's frame is its last state, drawn before the follow-up call resets
+it. envpool draws its MuJoCo tasks with MuJoCo but makes no OpenGL context (without one the
+process ends): the adapter makes one current in the drawing thread
+(:func:`podracer.envs.render.mujoco.make_current`, EGL on a headless machine) or refuses at
+``make`` with a one-line :class:`~podracer.envs.render.NoRenderer`.
 """
 
 from __future__ import annotations
@@ -237,6 +246,7 @@ def make(
     batch_size: int | None = None,
     seed: int = 0,
     num_threads: int = 0,
+    render: bool = False,
     **options: Any,
 ) -> EnvpoolEnvironment:
     """Builds ``num_envs`` envpool environments of the task in ``env_id = "envpool:<task>"``.
@@ -250,6 +260,8 @@ def make(
         mode (``async_reset`` / ``recv`` / ``send``), each ``recv`` returning that many envs.
       seed: envpool's seed (int32) for the whole pool.
       num_threads: envpool's worker threads (0: envpool's default).
+      render: the environments draw themselves (sync mode): ``render()`` returns uint8
+        ``[num_envs, H, W, 3]`` (:meth:`EnvpoolEnvironment.render`); False changes nothing.
       **options: ``max_episode_steps`` (tasks with a time limit), the Atari options of
         :class:`AtariOptions` (``-v5`` tasks only), or other settings of the task's envpool
         config under envpool's names (a MuJoCo task's ``frame_skip``, ``frame_stack``, ...).
@@ -259,6 +271,8 @@ def make(
         actions neither Discrete nor Box or a non-array observation, an unknown option or one
         the task does not take.
       ConfigError: a value that is not allowed.
+      NoRenderer: ``render=True`` for a MuJoCo task where no OpenGL context can be made, or
+        in async mode (one line).
     """
     import envpool
     from envpool.registration import registry
@@ -271,6 +285,9 @@ def make(
     atari = registry.specs[task][0] == "envpool.atari"
     _check_options(env_id, task, config, atari, options)
     kwargs, episodic_life, time_limit = _task_kwargs(env_id, config, atari, options)
+    needs_gl = _check_render(env_id, registry.specs[task][0], render, batch_size < num_envs)
+    if render:
+        kwargs["render_mode"] = "rgb_array"
 
     is_async = batch_size < num_envs
     # envpool returns async results this many at a time; see the module docstring
@@ -297,7 +314,32 @@ def make(
         time_limit=time_limit,
         atari=atari,
         episodic_life=episodic_life,
+        render=render,
+        needs_gl=needs_gl,
     )
+
+
+def _check_render(env_id: str, module: str, render: Any, is_async: bool) -> bool:
+    """Whether drawing the task needs an OpenGL context of this thread (its MuJoCo tasks,
+    which envpool draws with MuJoCo but makes no context for); a :class:`NoRenderer` where
+    ``render`` cannot be had, a :class:`ConfigError` for a ``render`` that is not a bool."""
+    if not isinstance(render, bool | np.bool_):
+        raise ConfigError(f"{env_id}: render={render!r} is not allowed: give True or False")
+    if not render:
+        return False
+    from podracer.envs.render import NoRenderer
+
+    if is_async:
+        raise NoRenderer(
+            f"{env_id}: render=True is for sync mode (batch_size None or num_envs): an async "
+            "pool's environments step while others are drawn"
+        )
+    if not module.startswith("envpool.mujoco"):
+        return False
+    from podracer.envs.render.mujoco import require_gl
+
+    require_gl(f"envpool's MuJoCo task {env_id}")
+    return True
 
 
 def _check_spaces(env_id: str, spec: Any) -> None:

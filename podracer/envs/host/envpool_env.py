@@ -134,8 +134,9 @@ class EnvpoolEnvironment:
 
     Attributes: ``id`` (``"envpool:<task>"``), ``num_envs``, ``batch_size`` (rows per ``recv``;
     ``num_envs`` in sync mode), ``is_async``, ``observation_spec`` (one env's observation),
-    ``action_spec``. Sync mode: :meth:`reset`, :meth:`step`. Async mode: :meth:`async_reset`,
-    :meth:`recv`, :meth:`send`. See the module docstring for the semantics.
+    ``action_spec``. Sync mode: :meth:`reset`, :meth:`step` (and :meth:`render`, made with
+    ``render=True``). Async mode: :meth:`async_reset`, :meth:`recv`, :meth:`send`. See the
+    module docstring for the semantics.
     """
 
     def __init__(
@@ -149,6 +150,8 @@ class EnvpoolEnvironment:
         time_limit: int | None,
         atari: bool,
         episodic_life: bool,
+        render: bool = False,
+        needs_gl: bool = False,
     ):
         self.id = env_id
         self.num_envs = num_envs
@@ -176,6 +179,9 @@ class EnvpoolEnvironment:
         self._all_ids = np.arange(num_envs, dtype=np.int32)
         self._closed = False
         self._raw = _raw_layout(pool, atari)
+        self._render = render  # envpool made with render_mode="rgb_array"
+        self._needs_gl = needs_gl  # a MuJoCo task: an OpenGL context of this thread first
+        self._final_frames: dict[int, np.ndarray] = {}  # env id -> its ended episode's last
 
         n = num_envs
         self._elapsed = np.zeros(n, np.int64)  # steps of each env's episode (host time limit)
@@ -332,6 +338,7 @@ class EnvpoolEnvironment:
         if not np.array_equal(env_id, self._all_ids):
             obs = obs[np.argsort(env_id, kind="stable")]
         self._reset_counters()
+        self._final_frames = {}
         n = self.num_envs
         false = np.zeros(n, bool)
         return TimeStep(obs, np.zeros(n, np.float32), false, false.copy(), obs, self._zero_info(n))
@@ -364,11 +371,62 @@ class EnvpoolEnvironment:
         terminated, truncated, info = self._account(out)
         obs = final_obs = out.obs
         ended_ids = self._all_ids[terminated | truncated]
+        self._final_frames = {}
         if ended_ids.size:
             final_obs = obs.copy()
+            if self._render:  # the ended episodes' last frames, before their reset
+                drawn = self._draw(ended_ids)
+                self._final_frames = dict(zip(ended_ids.tolist(), drawn, strict=True))
             self._send_follow_up(ended_ids)
             obs[ended_ids] = self._recv_in_order(ended_ids).obs
         return TimeStep(obs, out.reward, terminated, truncated, final_obs, info)
+
+    def render(self) -> np.ndarray:
+        """The frames of the environments (sync mode, made with ``render=True``): uint8
+        ``[num_envs, H, W, 3]``, envpool's own drawing (classic control 400 x 600, Atari the
+        full 210 x 160 screen, MuJoCo 480 x 480). After a step that ended an episode, that
+        env's frame is the ended episode's last state (what ``final_obs`` shows), not the
+        next episode's first.
+
+        Raises:
+          NoRenderer: made without ``render=True``, or envpool cannot draw the task (one
+            line).
+        """
+        from podracer.envs.render import NoRenderer
+
+        self._check_open()
+        if not self._render:
+            raise NoRenderer(
+                f"{self.id} was made without render=True: make it with render=True "
+                "(podracer.envs.host.make(env_id, num_envs=..., render=True)) to draw it"
+            )
+        if not self._started:
+            raise RuntimeError(f"{self.id}: call reset() before render()")
+        frames = self._draw(self._all_ids)
+        for i, frame in self._final_frames.items():
+            frames[i] = frame
+        return frames
+
+    def _draw(self, env_ids: np.ndarray) -> np.ndarray:
+        """envpool's frames of the envs ``env_ids``, uint8 ``[n, H, W, 3]``."""
+        from podracer.envs.render import NoRenderer
+
+        if self._needs_gl:  # envpool's MuJoCo ends the process when no context is current
+            from podracer.envs.render.mujoco import make_current
+
+            make_current(f"envpool's MuJoCo task {self.id}", 640, 480)
+        try:
+            frames = self._pool.render(env_ids=np.asarray(env_ids, np.int32))
+        except (RuntimeError, ValueError, NotImplementedError) as error:
+            reason = str(error).strip().splitlines()
+            raise NoRenderer(
+                f"{self.id}: envpool cannot draw this task "
+                f"({reason[0] if reason else type(error).__name__})"
+            ) from None
+        frames = np.asarray(frames)
+        if frames.shape[-1] == 4:
+            frames = frames[..., :3]
+        return np.ascontiguousarray(frames, np.uint8)
 
     # ---- async mode --------------------------------------------------------------------------
 

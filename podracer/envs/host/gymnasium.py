@@ -42,6 +42,18 @@ f32 (what the network computes in); ``observation_spec`` says which.
 
 **Options** are the keyword arguments of ``gymnasium.make``: ``max_episode_steps`` (the
 ``TimeLimit``) and the environment's own constructor arguments (``g=9.81`` for Pendulum, ...).
+
+**Rendering** (``make(..., render=True)``): the environments are made with
+``render_mode="rgb_array"`` and :meth:`GymnasiumEnvironment.render` returns their frames, uint8
+``[num_envs, H, W, 3]`` (gymnasium's sizes: classic control 400 x 600, MuJoCo 480 x 480). The
+vector env's ``SAME_STEP`` auto-reset would reset an ended env inside its ``step``, before its
+last state can be drawn, so with ``render=True`` the adapter steps the sub-environments itself
+(the older gymnasium's path above, the same ``TimeStep`` s) and draws an ended env's last state
+before resetting it: after a step that ended an episode, that env's frame is its last state
+(what ``final_obs`` shows). A MuJoCo task draws through an OpenGL context: ``MUJOCO_GL=egl``
+is set where nothing was chosen before mujoco is imported
+(:func:`podracer.envs.render.mujoco.prepare`), and where no context can be made ``make``
+refuses in one line (:class:`~podracer.envs.render.NoRenderer`).
 """
 
 from __future__ import annotations
@@ -105,7 +117,8 @@ class GymnasiumEnvironment:
 
     Attributes: ``id`` (``"gymnasium:<id>"``), ``num_envs``, ``batch_size`` (``num_envs``),
     ``is_async`` (False), ``observation_spec`` (one env's observation), ``action_spec``. Methods:
-    :meth:`reset`, :meth:`step`, :meth:`close`. See the module docstring for the semantics.
+    :meth:`reset`, :meth:`step`, :meth:`close` (and :meth:`render`, made with ``render=True``).
+    See the module docstring for the semantics.
 
     Args:
       env_id: the id, for messages.
@@ -113,9 +126,19 @@ class GymnasiumEnvironment:
       seed: the first reset's seed (env ``i`` gets ``seed + i``).
       same_step: the vector env auto-resets in the same step (``AutoresetMode.SAME_STEP``);
         False: the adapter steps and resets ``vector_env.envs`` itself.
+      render: the sub-environments were made with ``render_mode="rgb_array"``
+        (:meth:`render`); the adapter steps them itself.
     """
 
-    def __init__(self, env_id: str, vector_env: Any, *, seed: int = 0, same_step: bool = True):
+    def __init__(
+        self,
+        env_id: str,
+        vector_env: Any,
+        *,
+        seed: int = 0,
+        same_step: bool = True,
+        render: bool = False,
+    ):
         import gymnasium
 
         self.id = env_id
@@ -124,7 +147,9 @@ class GymnasiumEnvironment:
         self.is_async = False
         self._vec = vector_env
         self._seed = int(seed)
-        self._same_step = same_step
+        self._same_step = same_step and not render
+        self._render = render
+        self._final_frames: dict[int, np.ndarray] = {}  # env -> its ended episode's last frame
         self._closed = False
 
         obs_space = vector_env.single_observation_space
@@ -172,6 +197,7 @@ class GymnasiumEnvironment:
         self._return[:] = 0.0
         self._length[:] = 0
         self._started = True
+        self._final_frames = {}
         n = self.num_envs
         false = np.zeros(n, bool)
         info = EpisodeInfo(false.copy(), np.zeros(n, np.float32), np.zeros(n, np.int32))
@@ -224,10 +250,13 @@ class GymnasiumEnvironment:
         reward = np.zeros(n, np.float64)
         terminated = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
+        self._final_frames = {}
         for i, env in enumerate(self._vec.envs):
             last, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
             final_obs.append(np.asarray(last))
             if terminated[i] or truncated[i]:
+                if self._render:  # the ended episode's last state, before the reset
+                    self._final_frames[i] = self._frame(env)
                 last, _ = env.reset()
             obs.append(np.asarray(last))
         obs = np.stack(obs).astype(self.observation_spec.dtype, copy=False)
@@ -237,6 +266,39 @@ class GymnasiumEnvironment:
             else obs
         )
         return obs, final_obs, reward, terminated, truncated
+
+    def render(self) -> np.ndarray:
+        """The frames of the environments (made with ``render=True``): uint8
+        ``[num_envs, H, W, 3]``, each environment's ``render()`` in ``rgb_array`` mode. After a
+        step that ended an episode, that env's frame is the ended episode's last state (what
+        ``final_obs`` shows), not the next episode's first.
+
+        Raises:
+          NoRenderer: made without ``render=True`` (one line).
+        """
+        self._check_open()
+        if not self._render:
+            from podracer.envs.render import NoRenderer
+
+            raise NoRenderer(
+                f"{self.id} was made without render=True: make it with render=True "
+                "(podracer.envs.host.make(env_id, num_envs=..., render=True)) to draw it"
+            )
+        if not self._started:
+            raise RuntimeError(f"{self.id}: call reset() before render()")
+        return np.stack(
+            [
+                self._final_frames[i] if i in self._final_frames else self._frame(env)
+                for i, env in enumerate(self._vec.envs)
+            ]
+        )
+
+    def _frame(self, env: Any) -> np.ndarray:
+        """``env.render()`` as uint8 ``[H, W, 3]``."""
+        frame = np.asarray(env.render())
+        if frame.ndim == 3 and frame.shape[-1] == 4:
+            frame = frame[..., :3]
+        return np.ascontiguousarray(frame, np.uint8)
 
     def close(self) -> None:
         """Closes the gymnasium environments; this object cannot be used afterwards."""
@@ -299,7 +361,9 @@ def option_defaults(env_id: str) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
-def make(env_id: str, *, num_envs: int, seed: int = 0, **options: Any) -> GymnasiumEnvironment:
+def make(
+    env_id: str, *, num_envs: int, seed: int = 0, render: bool = False, **options: Any
+) -> GymnasiumEnvironment:
     """Builds ``num_envs`` gymnasium environments of ``env_id = "gymnasium:<id>"`` (sync mode).
 
     Args:
@@ -307,6 +371,8 @@ def make(env_id: str, *, num_envs: int, seed: int = 0, **options: Any) -> Gymnas
         ...; ``gymnasium.registry`` lists them), or ``module:Env-v0`` to import ``module`` first.
       num_envs: environments in the vector env.
       seed: the first reset's seed; env ``i`` gets ``seed + i``.
+      render: the environments draw themselves: ``render()`` returns uint8
+        ``[num_envs, H, W, 3]`` (:meth:`GymnasiumEnvironment.render`); False changes nothing.
       **options: keyword arguments of ``gymnasium.make``: ``max_episode_steps`` or the
         environment's constructor arguments.
 
@@ -315,6 +381,8 @@ def make(env_id: str, *, num_envs: int, seed: int = 0, **options: Any) -> Gymnas
         that is not a Box, actions neither Discrete nor Box.
       ConfigError: a ``num_envs``, ``seed`` or option that is not allowed, or an environment that
         gymnasium cannot build (a missing dependency).
+      NoRenderer: ``render=True`` for a MuJoCo task where no OpenGL context can be made (one
+        line).
     """
     if not isinstance(env_id, str) or not env_id.startswith(PREFIX):
         raise ConfigValueError(
@@ -336,12 +404,18 @@ def make(env_id: str, *, num_envs: int, seed: int = 0, **options: Any) -> Gymnas
             f"{env_id}: option max_episode_steps={steps!r} is not allowed: give an integer >= 1"
         )
 
+    if not isinstance(render, bool | np.bool_):
+        raise ConfigError(f"{env_id}: render={render!r} is not allowed: give True or False")
+
     import gymnasium
 
     gym_id = _find_id(env_id, env_id[len(PREFIX) :])
     same_step = _same_step_mode()
     vector_kwargs = {} if same_step is None else {"autoreset_mode": same_step}
     kwargs = {k: int(v) if k == "max_episode_steps" else v for k, v in options.items()}
+    if render:
+        _prepare_render(env_id, gym_id)
+        kwargs["render_mode"] = "rgb_array"
     try:
         vector_env = gymnasium.make_vec(
             gym_id,
@@ -360,8 +434,23 @@ def make(env_id: str, *, num_envs: int, seed: int = 0, **options: Any) -> Gymnas
         raise ConfigError(f"{env_id}: gymnasium cannot build it: {reason}") from e
     try:
         return GymnasiumEnvironment(
-            env_id, vector_env, seed=int(seed), same_step=same_step is not None
+            env_id, vector_env, seed=int(seed), same_step=same_step is not None, render=render
         )
     except Exception:
         vector_env.close()
         raise
+
+
+def _prepare_render(env_id: str, gym_id: str) -> None:
+    """Before a task is made to render: a MuJoCo task (its entry point in a ``mujoco``
+    module) checks that an OpenGL context can be made, ``MUJOCO_GL=egl`` where nothing was
+    chosen (:func:`podracer.envs.render.mujoco.require_gl`)."""
+    import gymnasium
+
+    entry = gymnasium.spec(gym_id).entry_point
+    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
+    if "mujoco" not in module.split(":")[0].split("."):
+        return
+    from podracer.envs.render.mujoco import require_gl
+
+    require_gl(f"gymnasium's MuJoCo task {env_id}")
