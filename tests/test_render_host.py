@@ -138,3 +138,20 @@ def test_mujoco_without_gl_is_refused_in_one_line(env_id, monkeypatch):
         host.make(env_id, num_envs=1, render=True)
     message = str(error.value)
     assert "\n" not in message and env_id in message and "MUJOCO_GL=egl" in message
+
+
+def test_gymnasium_that_cannot_draw_is_one_line(monkeypatch):
+    import gymnasium
+
+    env = host.make("gymnasium:CartPole-v1", num_envs=1, render=True)
+    try:
+        env.reset()
+
+        def missing():
+            raise gymnasium.error.DependencyNotInstalled("pygame is not installed\nmore")
+
+        monkeypatch.setattr(env._vec.envs[0], "render", missing)
+        with pytest.raises(NoRenderer, match=r"cannot draw it \(pygame is not installed\)$"):
+            env.render()
+    finally:
+        env.close()

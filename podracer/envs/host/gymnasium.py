@@ -294,8 +294,20 @@ class GymnasiumEnvironment:
         )
 
     def _frame(self, env: Any) -> np.ndarray:
-        """``env.render()`` as uint8 ``[H, W, 3]``."""
-        frame = np.asarray(env.render())
+        """``env.render()`` as uint8 ``[H, W, 3]``; a :class:`NoRenderer` where gymnasium
+        cannot draw (pygame missing for classic control, ...)."""
+        import gymnasium
+
+        try:
+            frame = np.asarray(env.render())
+        except (ImportError, RuntimeError, gymnasium.error.Error) as error:
+            from podracer.envs.render import NoRenderer
+
+            reason = str(error).strip().splitlines()
+            raise NoRenderer(
+                f"{self.id}: gymnasium cannot draw it "
+                f"({reason[0] if reason else type(error).__name__})"
+            ) from None
         if frame.ndim == 3 and frame.shape[-1] == 4:
             frame = frame[..., :3]
         return np.ascontiguousarray(frame, np.uint8)
