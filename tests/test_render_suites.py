@@ -3,7 +3,11 @@ actions of each family, drawn by its row's renderer (podracer.envs.render.render
 a state, u8, of the family's fixed size, and frames that follow the state: frames of different
 states differ, a state drawn again (alone, or among others) gives the same frame, and where it
 is easy a position: NAVIX's and XLand-MiniGrid's agent (red) is drawn in the cell the state
-puts it in; POPGym Arcade's frame is the game's own observation image, enlarged."""
+puts it in; POPGym Arcade's frame is the game's own observation image, enlarged. A missing
+library is one line naming the video extra."""
+
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +19,8 @@ from podracer.envs.render import renderer, without_auto_reset
 from podracer.types import ACTION_MASK
 
 STEPS = 6
+# XLA's cheaper CPU passes: the episode's programs compile in half the time.
+FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def stack(*leaves):
@@ -25,15 +31,15 @@ def stack(*leaves):
 
 
 def episode(env_id, steps=STEPS, seed=0, **kwargs):
-    """``(env, states, params)``: ``steps + 1`` stacked states of random legal actions (the
-    reset's first), the episode kept where it ends."""
+    """``(env, states, params, observations)``: ``steps + 1`` stacked states of random legal
+    actions (the reset's first), the episode kept where it ends, and their observations."""
     env, kept = without_auto_reset(envs.make(env_id, **kwargs))
     assert kept
     params = env.default_params
     key = jax.random.key(seed)
-    state, ts = env.reset(key, params)
-    step = jax.jit(env.step)
-    states = [state]
+    state, ts = jax.jit(env.reset, compiler_options=FAST)(key, params)
+    step = jax.jit(env.step, compiler_options=FAST)
+    states, observations = [state], [ts.obs]
     for index in range(steps):
         action_key, step_key = jax.random.split(jax.random.fold_in(key, index))
         mask = ts.obs.get(ACTION_MASK) if isinstance(ts.obs, dict) else None
@@ -42,7 +48,8 @@ def episode(env_id, steps=STEPS, seed=0, **kwargs):
         action = jax.random.choice(action_key, len(mask), p=mask / mask.sum())
         state, ts = step(step_key, state, action, params)
         states.append(state)
-    return env, jax.tree.map(stack, *states), params
+        observations.append(ts.obs)
+    return env, jax.tree.map(stack, *states), params, jax.tree.map(stack, *observations)
 
 
 def draw(env_id, env, states, params):
@@ -62,8 +69,9 @@ def equal_states(states, a, b):
 
 def check(env_id, shape, steps=STEPS, **kwargs):
     """An episode drawn: ``steps + 1`` frames u8 ``shape``, that differ from state to state
-    (equal where the states are equal), and a state drawn again alone gives its frame."""
-    env, states, params = episode(env_id, steps, **kwargs)
+    (equal where the states are equal), and a state drawn again alone gives its frame. Returns
+    ``(states, observations, frames)``."""
+    env, states, params, observations = episode(env_id, steps, **kwargs)
     frames = draw(env_id, env, states, params)
     count = steps + 1
     assert frames.shape == (count, *shape) and frames.dtype == np.uint8
@@ -78,7 +86,7 @@ def check(env_id, shape, steps=STEPS, **kwargs):
     assert distinct >= 1
     last = jax.tree.map(lambda x: x[-1:], states)
     np.testing.assert_array_equal(draw(env_id, env, last, params)[0], frames[-1])
-    return env, states, params, frames
+    return states, observations, frames
 
 
 def cell_of_red(frame, rows, cols):
@@ -114,7 +122,7 @@ def test_jumanji(name):
 @pytest.mark.slow
 def test_navix_agent_cell():
     pytest.importorskip("navix")
-    _, states, _, frames = check("navix:Navix-Empty-8x8-v0", (512, 512, 3), steps=12)
+    states, _, frames = check("navix:Navix-Empty-8x8-v0", (512, 512, 3), steps=12)
     positions = np.asarray(states.state.entities["player"].position)[:, 0]
     rows, cols = np.asarray(states.state.grid).shape[1:3]
     moved = {tuple(p) for p in positions}
@@ -126,7 +134,7 @@ def test_navix_agent_cell():
 @pytest.mark.slow
 def test_xminigrid_agent_cell():
     pytest.importorskip("xminigrid")
-    _, states, _, frames = check("xminigrid:MiniGrid-Empty-8x8", (512, 512, 3), steps=24)
+    states, _, frames = check("xminigrid:MiniGrid-Empty-8x8", (512, 512, 3), steps=24)
     positions = np.asarray(states.state.agent.position)
     assert len({tuple(p) for p in positions}) > 1
     rows, cols = np.asarray(states.state.grid).shape[1:3]
@@ -137,12 +145,7 @@ def test_xminigrid_agent_cell():
 @pytest.mark.slow
 def test_popgym_arcade_is_its_observation():
     pytest.importorskip("popgym_arcade")
-    env_id = "popgym_arcade:CountRecallEasy"
-    env, states, _, frames = check(env_id, (512, 512, 3))
-    game = env.unwrapped
-    observations = np.stack(
-        [game.get_obs(jax.tree.map(lambda x, t=t: x[t], states)) for t in range(len(frames))]
-    )
+    _, observations, frames = check("popgym_arcade:CountRecallEasy", (512, 512, 3))
     np.testing.assert_array_equal(frames, observations.repeat(4, axis=1).repeat(4, axis=2))
 
 
@@ -152,3 +155,17 @@ def test_pgx(name, side):
     pytest.importorskip("pgx")
     pytest.importorskip("cairosvg")
     check(f"pgx:{name}", (side, side, 3))
+
+
+@pytest.mark.parametrize(
+    ("family", "module"), [("pgx", "cairosvg"), ("jumanji", "matplotlib.backends.backend_agg")]
+)
+def test_missing_library_is_one_line(monkeypatch, family, module):
+    from podracer.envs.render import NoRenderer, suites
+
+    monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    env = types.SimpleNamespace(id=f"{family}:Game")
+    with pytest.raises(NoRenderer) as raised:
+        getattr(suites, family)(env, None, ())
+    message = str(raised.value)
+    assert "\n" not in message and "pip install 'podracer[video]'" in message

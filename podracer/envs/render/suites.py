@@ -44,9 +44,6 @@ CHUNK = 64
 ``min(CHUNK, 2 ** ceil(log2(T)))``, the last padded (a few compiled programs per environment,
 whatever the episodes' lengths, and bounded memory)."""
 
-MAX_SIDE = 600
-"""The largest side of a frame, in pixels."""
-
 
 def _count(states: Any) -> int:
     return int(jax.tree.leaves(states)[0].shape[0])
@@ -127,13 +124,13 @@ JUMANJI_SIDE = 500
 """The longer side of a Jumanji frame, in pixels (the viewer's figure at this many pixels)."""
 
 
-def _matplotlib(family: str) -> Any:
+def _matplotlib(env_id: str) -> Any:
     try:
         import matplotlib  # noqa: F401
         from matplotlib.backends.backend_agg import FigureCanvasAgg
     except ImportError as error:
         raise NoRenderer(
-            f"{family} draws with matplotlib, which is not installed ({error}): "
+            f"{env_id} draws with matplotlib, which is not installed ({error}): "
             "pip install 'podracer[video]'"
         ) from None
     return FigureCanvasAgg
@@ -230,6 +227,10 @@ def navix(env: Any, states: Any, params: Any) -> np.ndarray:
 
 # XLand-MiniGrid ----------------------------------------------------------------------------
 
+XMINIGRID_SIDE = 576
+"""The most pixels along an xminigrid frame's longer side (its tiles' even side, at most 64 px,
+is the largest that fits)."""
+
 
 def xminigrid(env: Any, states: Any, params: Any) -> np.ndarray:
     """xminigrid's picture of the whole grid of each state (``xminigrid.rendering.rgb_render``,
@@ -240,7 +241,7 @@ def xminigrid(env: Any, states: Any, params: Any) -> np.ndarray:
 
     grids = np.asarray(states.state.grid)
     agents = _host(states.state.agent)
-    tile = min(64, (MAX_SIDE - 24) // max(grids.shape[1:3])) // 2 * 2
+    tile = max(2, min(64, XMINIGRID_SIDE // max(grids.shape[1:3])) // 2 * 2)
     view_size = int(params.view_size)
     return np.stack(
         [
@@ -286,13 +287,15 @@ PGX_SIDE = 500
 """The longest side a pgx board is enlarged to, by a whole factor (2048's 250 px board twice)."""
 
 
-def _cairosvg() -> Any:
+def _cairosvg(env_id: str) -> Any:
+    _matplotlib(env_id)  # MinAtar's to_svg draws with pyplot (and exits without matplotlib)
     try:
         import cairosvg
+        import PIL.Image  # noqa: F401
     except (ImportError, OSError) as error:  # OSError: cairocffi finds no libcairo
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise NoRenderer(
-            f"pgx draws SVG, which needs cairosvg and the system's libcairo ({message}): "
+            f"{env_id} draws SVG, which needs cairosvg and the system's libcairo ({message}): "
             "pip install 'podracer[video]' (and libcairo2, e.g. apt-get install libcairo2)"
         ) from None
     return cairosvg
@@ -302,9 +305,9 @@ def pgx(env: Any, states: Any, params: Any) -> np.ndarray:
     """The game's SVG of each state (``state.to_svg()``: pgx's board, MinAtar's frame)
     rasterised by cairosvg: u8 ``[T, 500, 500, 3]`` for 2048, ``[T, 374, 374, 3]`` for
     MinAtar."""
-    del env, params
-    cairosvg = _cairosvg()
-    from PIL import Image
+    del params
+    cairosvg = _cairosvg(env.id)
+    from PIL import Image  # cairosvg's dependency
 
     states = _host(states)
     frames, scale = [], None
