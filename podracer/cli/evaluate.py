@@ -35,6 +35,12 @@ def _parser() -> ArgumentParser:
         "--member", type=int, help="with --video: the member of a population or sweep (0)"
     )
     parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=10_000,
+        help="with --video: the steps of an episode shown at most (10000)",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="check the flags and the run directory's config, then exit: nothing evaluated",
@@ -50,6 +56,8 @@ def evaluate(argv: Sequence[str]) -> dict:
         args.episodes = 1 if args.video is not None else 10
     if args.member is not None and args.video is None:
         raise CLIError("--member is allowed with --video only")
+    if args.max_steps < 1:
+        raise CLIError(f"--max-steps={args.max_steps} is not allowed: it must be >= 1")
     if args.episodes < 1:
         raise CLIError(f"--episodes={args.episodes} is not allowed: it must be >= 1")
     if args.dry_run:
@@ -71,6 +79,7 @@ def evaluate(argv: Sequence[str]) -> dict:
             best=args.best,
             step=args.step,
             greedy=greedy,
+            max_steps=args.max_steps,
         )
     elif elastic.is_elastic_run(args.run_dir):  # the best member the leaderboard kept
         result = elastic.evaluate_best(args.run_dir, episodes=args.episodes, greedy=greedy)

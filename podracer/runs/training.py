@@ -343,6 +343,7 @@ def video_of_run(
     step: int | None = None,
     greedy: bool = True,
     fps: int = 30,
+    max_steps: int = 10_000,
 ) -> dict[str, Any]:
     """``podracer eval RUN_DIR --video [PATH]``: ``episodes`` whole episodes of a saved run's
     greedy policy, captioned, in one video (default ``RUN_DIR/videos/eval-update<U>.mp4``).
@@ -366,7 +367,9 @@ def video_of_run(
     recorded = []
     for episode in range(episodes):
         key = jax.random.fold_in(eval_key(spec.seed, updates), episode)
-        recorded.append(video.record(system, spec, agent, actor_params, key, greedy=greedy))
+        recorded.append(
+            video.record(system, spec, agent, actor_params, key, greedy=greedy, max_steps=max_steps)
+        )
     path = path or os.path.join(run_dir, VIDEO_DIR, f"eval-update{updates}.mp4")
     shown = chosen if system.num_members > 1 else None
     frames = write_video(
@@ -377,6 +380,7 @@ def video_of_run(
         "frames": frames,
         "episodes": episodes,
         "returns": [e.episode_return for e in recorded],
+        "steps": [e.steps for e in recorded],
         "member": chosen,
         "updates": updates,
         "step": int(meta["step"]),

@@ -39,6 +39,10 @@ from podracer.runs.media import FPS, require_writer, write_video
 CAPTION_HEIGHT = 16
 """Pixels of the caption strip above each frame."""
 
+MAX_STEPS = 10_000
+"""Steps of an episode a video shows at most (``podracer eval --video --max-steps``): a longer
+episode's video stops there."""
+
 PREVIEW_FRAMES = 150
 """Frames at most of a video's preview in TensorBoard (an animated GIF): every few frames."""
 
@@ -87,6 +91,10 @@ class Episode:
         return np.concatenate(list(self.chunks()))
 
     @property
+    def steps(self) -> int:
+        return len(self.rewards)
+
+    @property
     def episode_return(self) -> float:
         return float(np.sum(self.rewards))
 
@@ -99,7 +107,7 @@ def record_jax_episode(
     *,
     env_id: str | None = None,
     greedy: bool = True,
-    max_steps: int = 10_000,
+    max_steps: int = MAX_STEPS,
 ) -> Episode:
     """The first episode of a JAX environment played by ``agent`` with ``actor_params``
     (greedy: its largest logit), drawn by the environment's renderer
@@ -135,14 +143,21 @@ def record_jax_episode(
         dones.append(done)
         if done.any():
             break
-    rewards, dones = np.concatenate(rewards), np.concatenate(dones)
-    steps = int(np.argmax(dones)) + 1 if dones.any() else min(max_steps, dones.size)
-    states = jax.tree.map(lambda first, *rest: np.concatenate([first, *rest]), *states)
+    rewards, dones = np.concatenate(rewards)[:max_steps], np.concatenate(dones)[:max_steps]
+    steps = int(np.argmax(dones)) + 1 if dones.any() else dones.size
+    states = jax.tree.map(_concatenate, *states)
     last = steps + 1 if kept or not dones.any() else steps
     states = jax.tree.map(lambda x: x[:last], states)
     draw(jax.tree.map(lambda x: x[:1], states), env_params)  # a renderer's failure: now
     rewards = np.asarray(rewards[:steps], np.float64)
     return Episode(rewards, states=states, draw=draw, params=env_params)
+
+
+def _concatenate(*parts):
+    """The parts of a state's leaf joined on their leading axis (a key array stays one)."""
+    if jax.dtypes.issubdtype(parts[0].dtype, jax.dtypes.prng_key):
+        return jax.numpy.concatenate(parts)
+    return np.concatenate(parts)
 
 
 def record_host_episode(
@@ -154,7 +169,7 @@ def record_host_episode(
     env_options=None,
     seed: int = 0,
     greedy: bool = True,
-    max_steps: int = 100_000,
+    max_steps: int = MAX_STEPS,
 ) -> Episode:
     """The first episode of one host environment of ``env_id`` (made with ``render=True``: the
     environment draws itself), played by ``agent``; the frame after each step is the state it
@@ -222,15 +237,23 @@ def draws_on_host(env_id: str) -> bool:
     return family is not None and family.host is not None and family.jax is None
 
 
-def record(system, spec, agent, actor_params, key, *, greedy=True) -> Episode:
+def record(system, spec, agent, actor_params, key, *, greedy=True, max_steps=MAX_STEPS) -> Episode:
     """One episode of the run ``spec``'s environment, the JAX or the host way
-    (:func:`draws_on_host`)."""
+    (:func:`draws_on_host`), at most ``max_steps`` steps."""
     if draws_on_host(spec.env):
         return record_host_episode(
-            spec.env, agent, actor_params, key, env_options=spec.env_options, greedy=greedy
+            spec.env,
+            agent,
+            actor_params,
+            key,
+            env_options=spec.env_options,
+            greedy=greedy,
+            max_steps=max_steps,
         )
     env = system.recipe.make_env()
-    return record_jax_episode(env, agent, actor_params, key, env_id=spec.env, greedy=greedy)
+    return record_jax_episode(
+        env, agent, actor_params, key, env_id=spec.env, greedy=greedy, max_steps=max_steps
+    )
 
 
 def check_renders(system, spec) -> None:
