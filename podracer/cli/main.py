@@ -73,6 +73,10 @@ def _run(command: str, rest: list[str], *, cpu_cores: bool, supervise: bool) -> 
     """``podracer COMMAND REST``: the command's arguments parsed once (``train``, ``sweep``),
     then its function; returns the exit status."""
     helping = "-h" in rest or "--help" in rest
+    if any(a.split("=")[0] in ("--video", "--video-interval", "--video_interval") for a in rest):
+        from podracer.envs.render.mujoco import prepare
+
+        prepare()  # MuJoCo's headless OpenGL (EGL) chosen before any environment imports mujoco
     if command == "train":
         from podracer.cli import supervisor
         from podracer.cli.train import sigterm_as_interrupt, train, use_cpu_cores
