@@ -95,6 +95,24 @@ def make_evaluator(
     return jax.jit(evaluate)
 
 
+def host_acting(env, agent: Agent, *, greedy: bool = True):
+    """``(act, env_step)`` of :func:`~podracer.core.acting.step_and_record` for a host
+    environment: ``act`` jitted, its key ``(key, t)`` (the step's index folded in: one dispatch
+    per step), and ``env_step`` the environment's NumPy step (no state, no key)."""
+    acting = reset_and_act(greedy_agent(agent) if greedy else agent)
+
+    @jax.jit
+    def act(params, actor_state, obs, done, key_and_step):
+        key, t = key_and_step
+        return acting(params, actor_state, obs, done, jax.random.fold_in(key, t))
+
+    def env_step(env_state, action, env_key):
+        del env_key
+        return env_state, env.step(np.asarray(action))
+
+    return act, env_step
+
+
 def evaluate_host(
     env,
     agent: Agent,
@@ -113,17 +131,7 @@ def evaluate_host(
             "evaluate_host: the host environment is in async mode "
             f"(batch_size={env.batch_size} < num_envs={env.num_envs}); use a sync one"
         )
-    acting = reset_and_act(greedy_agent(agent) if greedy else agent)
-
-    @jax.jit
-    def act(params, actor_state, obs, done, key_and_step):
-        key, t = key_and_step
-        return acting(params, actor_state, obs, done, jax.random.fold_in(key, t))
-
-    def env_step(env_state, action, env_key):
-        del env_key
-        return env_state, env.step(np.asarray(action))
-
+    act, env_step = host_acting(env, agent, greedy=greedy)
     state = RolloutState((), env.reset(), agent.initial_actor_state(env.num_envs))
     finished = np.zeros(env.num_envs, bool)
     returns = np.zeros(env.num_envs, np.float64)

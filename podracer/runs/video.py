@@ -28,7 +28,7 @@ from podracer.core.acting import (
     reset_and_act,
     step_and_record,
 )
-from podracer.core.evaluation import eval_key, evaluation_params
+from podracer.core.evaluation import eval_key, evaluation_params, host_acting
 from podracer.core.rollout import reset_envs
 from podracer.envs import registry
 from podracer.envs.render import NoRenderer, renderer, without_auto_reset
@@ -178,17 +178,7 @@ def record_host_episode(
 
     env = host.make(env_id, num_envs=1, env_options=env_options, seed=seed, render=True)
     try:
-        acting = reset_and_act(greedy_agent(agent) if greedy else agent)
-
-        @jax.jit
-        def act(params, actor_state, obs, done, key_and_step):
-            key, t = key_and_step
-            return acting(params, actor_state, obs, done, jax.random.fold_in(key, t))
-
-        def env_step(env_state, action, env_key):
-            del env_key
-            return env_state, env.step(np.asarray(action))
-
+        act, env_step = host_acting(env, agent, greedy=greedy)
         carry = RolloutState((), env.reset(), agent.initial_actor_state(1))
         frames, rewards, success = [np.asarray(env.render())[0]], [], None
         for t in range(max_steps):

@@ -62,3 +62,17 @@ def _bounds(spec: Any) -> str:
     if low.size and np.all(low == low.flat[0]) and np.all(high == high.flat[0]):
         return f"{low.flat[0]:g}, {high.flat[0]:g}"
     return f"{low.tolist()}, {high.tolist()}"
+
+
+def check_drawable(env_id: str, render: bool, started: bool) -> None:
+    """What a host environment's ``render()`` checks first: it was made with ``render=True``
+    (else a one-line :class:`~podracer.envs.render.NoRenderer`) and has been reset."""
+    if not render:
+        from podracer.envs.render import NoRenderer
+
+        raise NoRenderer(
+            f"{env_id} was made without render=True: make it with render=True "
+            "(podracer.envs.host.make(env_id, num_envs=..., render=True)) to draw it"
+        )
+    if not started:
+        raise RuntimeError(f"{env_id}: call reset() before render()")

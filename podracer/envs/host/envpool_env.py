@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from podracer.envs.host.checks import continuous_actions, discrete_actions
+from podracer.envs.host.checks import check_drawable, continuous_actions, discrete_actions
 from podracer.types import (
     BoundedActionSpec,
     DiscreteActionSpec,
@@ -392,16 +392,8 @@ class EnvpoolEnvironment:
           NoRenderer: made without ``render=True``, or envpool cannot draw the task (one
             line).
         """
-        from podracer.envs.render import NoRenderer
-
         self._check_open()
-        if not self._render:
-            raise NoRenderer(
-                f"{self.id} was made without render=True: make it with render=True "
-                "(podracer.envs.host.make(env_id, num_envs=..., render=True)) to draw it"
-            )
-        if not self._started:
-            raise RuntimeError(f"{self.id}: call reset() before render()")
+        check_drawable(self.id, self._render, self._started)
         frames = self._draw(self._all_ids)
         for i, frame in self._final_frames.items():
             frames[i] = frame

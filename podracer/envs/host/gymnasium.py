@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from podracer.envs.host.checks import continuous_actions, discrete_actions
+from podracer.envs.host.checks import check_drawable, continuous_actions, discrete_actions
 from podracer.errors import ConfigError, ConfigValueError
 from podracer.types import (
     BoundedActionSpec,
@@ -277,15 +277,7 @@ class GymnasiumEnvironment:
           NoRenderer: made without ``render=True`` (one line).
         """
         self._check_open()
-        if not self._render:
-            from podracer.envs.render import NoRenderer
-
-            raise NoRenderer(
-                f"{self.id} was made without render=True: make it with render=True "
-                "(podracer.envs.host.make(env_id, num_envs=..., render=True)) to draw it"
-            )
-        if not self._started:
-            raise RuntimeError(f"{self.id}: call reset() before render()")
+        check_drawable(self.id, self._render, self._started)
         return np.stack(
             [
                 self._final_frames[i] if i in self._final_frames else self._frame(env)
