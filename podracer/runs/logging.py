@@ -238,17 +238,15 @@ class TensorBoardWriter:
                 self._writer.add_scalar(f"{kind}/{name}", value, step)
 
     def video(self, record: dict[str, Any]) -> None:
-        """The video as an animated GIF in TensorBoard's image panel (``video/eval``)."""
+        """The video's preview (an animated GIF's bytes) in TensorBoard's image panel
+        (``video/eval``)."""
         from tensorboardX.proto.summary_pb2 import Summary
 
-        from podracer.runs.media import gif_bytes
-
-        frames = record["frames"]
         image = Summary.Image(
-            height=frames.shape[1],
-            width=frames.shape[2],
+            height=record["preview_height"],
+            width=record["preview_width"],
             colorspace=3,
-            encoded_image_string=gif_bytes(frames, record["fps"]),
+            encoded_image_string=record["preview"],
         )
         summary = Summary(value=[Summary.Value(tag="video/eval", image=image)])
         self._writer._get_file_writer().add_summary(summary, int(record["step"]))
@@ -300,9 +298,9 @@ class Logger:
             backend.write(record)
 
     def video(self, record: dict[str, Any]) -> None:
-        """A video (``frames`` uint8 ``[N, H, W, 3]``, ``path`` of its file, ``fps``, ``step``)
-        to every backend that shows videos (TensorBoard, wandb); called from the video
-        thread."""
+        """A video (``path`` of its file, ``preview`` the bytes of its preview GIF of
+        ``preview_height x preview_width``, ``step``) to every backend that shows videos
+        (TensorBoard, wandb); called from the thread that reads the video process."""
         for backend in self.backends:
             if hasattr(backend, "video"):
                 backend.video(record)

@@ -271,7 +271,7 @@ def train(
             videos.close()
     finally:
         if videos is not None:
-            videos.pool.shutdown(wait=False, cancel_futures=True)
+            videos.stop()
         if logger is not None:
             logger.close()
         checkpointer.close()

@@ -10,10 +10,12 @@ in, before any reset): ``T + 1`` frames for ``T`` steps.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import dataclasses
+import json
 import os
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -28,13 +30,13 @@ from podracer.core.acting import (
     reset_and_act,
     step_and_record,
 )
-from podracer.core.evaluation import eval_key, evaluation_params, host_acting
+from podracer.core.evaluation import evaluation_params, host_acting
 from podracer.core.rollout import reset_envs
 from podracer.envs import registry
 from podracer.envs.render import NoRenderer, renderer, without_auto_reset
 from podracer.errors import ConfigValueError
 from podracer.runs import rundir
-from podracer.runs.media import FPS, require_writer, write_video
+from podracer.runs.media import FPS, gif_bytes, require_writer, write_video
 
 CAPTION_HEIGHT = 16
 """Pixels of the caption strip above each frame."""
@@ -42,6 +44,9 @@ CAPTION_HEIGHT = 16
 MAX_STEPS = 10_000
 """Steps of an episode a video shows at most (``podracer eval --video --max-steps``): a longer
 episode's video stops there."""
+
+JOBS_DIR = ".jobs"
+"""The folder of ``videos/`` where ``--video-interval`` hands its jobs to the video process."""
 
 PREVIEW_FRAMES = 150
 """Frames at most of a video's preview in TensorBoard (an animated GIF): every few frames."""
@@ -99,6 +104,63 @@ class Episode:
         return float(np.sum(self.rewards))
 
 
+class JaxEpisodes:
+    """Records episodes of a JAX environment played by ``agent`` (greedy: its largest logit):
+    ``episodes(actor_params, key) -> Episode``. Its two programs (the reset, and
+    :data:`CHUNK` steps) are compiled once, for every episode it records (the videos of a run).
+
+    The environment steps without its auto-reset (:func:`without_auto_reset`), so the last
+    frame is the state the episode ended in; an environment that cannot keep it gives ``T``
+    frames (its last step's state is already the next episode's). The renderer is found when
+    it is built (:func:`podracer.envs.render.renderer`: :class:`NoRenderer` before anything is
+    played)."""
+
+    def __init__(self, env, agent, *, env_id: str | None = None, greedy: bool = True):
+        self.draw = renderer(env, env_id)
+        self.env_params = env_params = evaluation_params(env)
+        env, self.kept = without_auto_reset(env)
+        act = reset_and_act(greedy_agent(agent) if greedy else agent)
+        env_step = batched_env_step(env, env_params, 1)
+
+        def chunk(actor_params, carry, key):
+            def one(carry, key):
+                act_key, step_key = jax.random.split(key)
+                carry, step, _ = step_and_record(
+                    act, env_step, actor_params, carry, act_key, step_key
+                )
+                done = step.terminated | step.truncated
+                return carry, (carry.env_state, step.reward[0], done[0])
+
+            return jax.lax.scan(one, carry, jax.random.split(key, CHUNK))
+
+        def reset(key):
+            return reset_envs(env, key[None], env_params, agent.initial_actor_state)
+
+        self.chunk, self.reset = jax.jit(chunk), jax.jit(reset)
+
+    def __call__(self, actor_params, key: jax.Array, *, max_steps: int = MAX_STEPS) -> Episode:
+        """The first episode from a reset with ``key``, at most ``max_steps`` steps."""
+        reset_key, key = jax.random.split(key)
+        carry: RolloutState = self.reset(reset_key)
+        states, rewards, dones = [jax.device_get(carry.env_state)], [], []
+        for index in range(max(1, -(-max_steps // CHUNK))):
+            carry, out = self.chunk(actor_params, carry, jax.random.fold_in(key, index))
+            env_states, reward, done = jax.device_get(out)
+            states.append(jax.tree.map(lambda x: x[:, 0], env_states))
+            rewards.append(reward)
+            dones.append(done)
+            if done.any():
+                break
+        rewards, dones = np.concatenate(rewards)[:max_steps], np.concatenate(dones)[:max_steps]
+        steps = int(np.argmax(dones)) + 1 if dones.any() else dones.size
+        states = jax.tree.map(_concatenate, *states)
+        last = steps + 1 if self.kept or not dones.any() else steps
+        states = jax.tree.map(lambda x: x[:last], states)
+        self.draw(jax.tree.map(lambda x: x[:1], states), self.env_params)  # a failure: now
+        rewards = np.asarray(rewards[:steps], np.float64)
+        return Episode(rewards, states=states, draw=self.draw, params=self.env_params)
+
+
 def record_jax_episode(
     env,
     agent,
@@ -110,47 +172,9 @@ def record_jax_episode(
     max_steps: int = MAX_STEPS,
 ) -> Episode:
     """The first episode of a JAX environment played by ``agent`` with ``actor_params``
-    (greedy: its largest logit), drawn by the environment's renderer
-    (:func:`podracer.envs.render.renderer`; :class:`NoRenderer` before anything is played).
-
-    The environment steps without its auto-reset (:func:`without_auto_reset`), so the last
-    frame is the state the episode ended in; an environment that cannot keep it gives ``T``
-    frames (its last step's state is already the next episode's)."""
-    draw = renderer(env, env_id)
-    env_params = evaluation_params(env)
-    env, kept = without_auto_reset(env)
-    act = reset_and_act(greedy_agent(agent) if greedy else agent)
-    env_step = batched_env_step(env, env_params, 1)
-
-    @jax.jit
-    def chunk(carry, key):
-        def one(carry, key):
-            act_key, step_key = jax.random.split(key)
-            carry, step, _ = step_and_record(act, env_step, actor_params, carry, act_key, step_key)
-            done = step.terminated | step.truncated
-            return carry, (carry.env_state, step.reward[0], done[0])
-
-        return jax.lax.scan(one, carry, jax.random.split(key, CHUNK))
-
-    reset_key, key = jax.random.split(key)
-    carry: RolloutState = reset_envs(env, reset_key[None], env_params, agent.initial_actor_state)
-    states, rewards, dones = [jax.device_get(carry.env_state)], [], []
-    for index in range(max(1, -(-max_steps // CHUNK))):
-        carry, (env_states, reward, done) = chunk(carry, jax.random.fold_in(key, index))
-        env_states, reward, done = jax.device_get((env_states, reward, done))
-        states.append(jax.tree.map(lambda x: x[:, 0], env_states))
-        rewards.append(reward)
-        dones.append(done)
-        if done.any():
-            break
-    rewards, dones = np.concatenate(rewards)[:max_steps], np.concatenate(dones)[:max_steps]
-    steps = int(np.argmax(dones)) + 1 if dones.any() else dones.size
-    states = jax.tree.map(_concatenate, *states)
-    last = steps + 1 if kept or not dones.any() else steps
-    states = jax.tree.map(lambda x: x[:last], states)
-    draw(jax.tree.map(lambda x: x[:1], states), env_params)  # a renderer's failure: now
-    rewards = np.asarray(rewards[:steps], np.float64)
-    return Episode(rewards, states=states, draw=draw, params=env_params)
+    (:class:`JaxEpisodes`, for one episode)."""
+    episodes = JaxEpisodes(env, agent, env_id=env_id, greedy=greedy)
+    return episodes(actor_params, key, max_steps=max_steps)
 
 
 def _concatenate(*parts):
@@ -227,9 +251,12 @@ def draws_on_host(env_id: str) -> bool:
     return family is not None and family.host is not None and family.jax is None
 
 
-def record(system, spec, agent, actor_params, key, *, greedy=True, max_steps=MAX_STEPS) -> Episode:
+def record(
+    system, spec, agent, actor_params, key, *, greedy=True, max_steps=MAX_STEPS, recorders=None
+) -> Episode:
     """One episode of the run ``spec``'s environment, the JAX or the host way
-    (:func:`draws_on_host`), at most ``max_steps`` steps."""
+    (:func:`draws_on_host`), at most ``max_steps`` steps; ``recorders`` (a dict) keeps the
+    JAX recorder of each agent for the next episodes (compiled once)."""
     if draws_on_host(spec.env):
         return record_host_episode(
             spec.env,
@@ -240,10 +267,12 @@ def record(system, spec, agent, actor_params, key, *, greedy=True, max_steps=MAX
             greedy=greedy,
             max_steps=max_steps,
         )
-    env = system.recipe.make_env()
-    return record_jax_episode(
-        env, agent, actor_params, key, env_id=spec.env, greedy=greedy, max_steps=max_steps
-    )
+    recorders = {} if recorders is None else recorders
+    which = (id(agent), greedy)  # the agent is kept with it: its id stays its own
+    if which not in recorders:
+        env = system.recipe.make_env()
+        recorders[which] = agent, JaxEpisodes(env, agent, env_id=spec.env, greedy=greedy)
+    return recorders[which][1](actor_params, key, max_steps=max_steps)
 
 
 def check_renders(system, spec) -> None:
@@ -271,79 +300,145 @@ def choose_member(system, state, seed: int, updates: int, member: int | None, be
     return 0
 
 
-def _lowest_priority() -> None:
-    """The calling thread (and the ffmpeg it starts) at the lowest CPU priority (Linux: a
-    thread's nice value is its own): the video thread takes the cores the training leaves."""
-    with contextlib.suppress(AttributeError, OSError):  # else: an even share of the cores
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+def write_episode(path: str, episode: Episode, *, member: int | None = None) -> dict[str, Any]:
+    """Writes ``episode`` (captioned) to ``path`` and its preview beside it (``path`` with
+    ``.preview.gif``: every few frames, at most :data:`PREVIEW_WIDTH` wide, at most
+    :data:`PREVIEW_FRAMES` frames: what TensorBoard shows); returns what a ``"video"`` record
+    says of them."""
+    every = max(1, -(-episode.num_frames // PREVIEW_FRAMES))
+    preview: list[np.ndarray] = []
+
+    def kept(chunks):
+        t = 0
+        for frames in chunks:
+            step = max(1, -(-frames.shape[2] // PREVIEW_WIDTH))
+            preview.extend(f[::step, ::step] for i, f in enumerate(frames, t) if i % every == 0)
+            t += len(frames)
+            yield frames
+
+    count = write_video(path, kept(caption(episode, member=member)))
+    preview_path = os.path.splitext(path)[0] + ".preview.gif"
+    fps = max(1, FPS // every)
+    with open(preview_path, "wb") as file:
+        file.write(gif_bytes(np.stack(preview), fps))
+    height, width = preview[0].shape[:2]
+    return {
+        "path": path,
+        "frames": count,
+        "steps": episode.steps,
+        "return": episode.episode_return,
+        "preview": preview_path,
+        "preview_height": height,
+        "preview_width": width,
+    }
 
 
 class VideoRecorder:
-    """``--video-interval N``: one greedy evaluation episode every ``N`` updates, recorded and
-    written by one background thread, off the training path. The training thread only copies
-    the member's actor params to the host (:meth:`submit`); the video lands in
-    ``RUN_DIR/videos/update<U>.mp4``, TensorBoard and wandb (``logger.video``). A failure in
-    the thread stops the run at the next :meth:`submit` or at :meth:`close`, with its cause."""
+    """``--video-interval N``: one greedy episode every ``N`` updates, recorded, drawn and
+    written by a process of its own (:mod:`podracer.runs.video_worker`, on the CPU, at the
+    lowest priority), off the training path: a thread of the training process would take
+    the interpreter's lock from the training loop for every frame it draws in Python.
+
+    :meth:`submit` (the training thread) only writes the member's actor params to
+    ``videos/.jobs/update<U>.npz`` (NumPy arrays, loaded without pickle) and names the update
+    to the process; the video lands in ``RUN_DIR/videos/update<U>.mp4``, and a reader thread
+    logs it to TensorBoard (the preview GIF) and wandb (``logger.video``). A failure of the
+    process stops the run at the next :meth:`submit` or at :meth:`close`, with its cause."""
 
     def __init__(self, system, spec, run_dir: str, logger, steps_per_update: int):
         check_renders(system, spec)
-        self.system, self.spec, self.run_dir = system, spec, run_dir
-        self.logger = logger
+        self.system, self.logger = system, logger
         self.steps_per_update = steps_per_update
-        self.pool = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="podracer-video", initializer=_lowest_priority
-        )
-        self.pending: list[concurrent.futures.Future] = []
+        self.jobs = os.path.join(run_dir, rundir.VIDEO_DIR, JOBS_DIR)
+        os.makedirs(self.jobs, exist_ok=True)
+        self.log_path = os.path.join(self.jobs, "worker.log")
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "podracer.runs.video_worker", run_dir],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
+        self.pending: set[int] = set()
+        self.error: str | None = None
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, name="podracer-video", daemon=True)
+        self.reader.start()
 
     def submit(self, state, updates: int) -> None:
         self._check()
-        agent, actor_params = self.system.policy(state, 0)
-        actor_params = jax.tree.map(np.asarray, actor_params)  # a host copy: the state is donated
-        self.pending.append(self.pool.submit(self._write, agent, actor_params, updates))
+        _, actor_params = self.system.policy(state, 0)
+        leaves = [np.asarray(x) for x in jax.tree.leaves(actor_params)]
+        path = os.path.join(self.jobs, f"update{updates}.npz")
+        np.savez(path + ".tmp.npz", *leaves)
+        os.replace(path + ".tmp.npz", path)
+        with self.lock:
+            self.pending.add(updates)
+        try:
+            self.process.stdin.write(f"{updates}\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._check(stopped=True)
 
-    def _write(self, agent, actor_params, updates: int) -> str:
-        key = eval_key(self.spec.seed, updates)
-        episode = record(self.system, self.spec, agent, actor_params, key)
-        path = os.path.join(self.run_dir, rundir.VIDEO_DIR, f"update{updates}.mp4")
-        every = max(1, -(-episode.num_frames // PREVIEW_FRAMES))
-        preview: list[np.ndarray] = []
+    def _read(self) -> None:
+        """The process's answers, one JSON line a video (or its error), as they come."""
+        for line in self.process.stdout:
+            answer = json.loads(line)
+            if "error" in answer:
+                self.error = answer["error"]
+                return
+            with open(answer["preview"], "rb") as file:
+                preview = file.read()
+            os.remove(answer["preview"])
+            updates = answer["updates"]
+            self.logger.video(
+                {
+                    **answer,
+                    "kind": "video",
+                    "step": updates * self.steps_per_update,
+                    "preview": preview,
+                }
+            )
+            with self.lock:
+                self.pending.discard(updates)
 
-        def kept(chunks):  # the preview: every few frames, at most PREVIEW_WIDTH wide
-            t = 0
-            for frames in chunks:
-                step = max(1, -(-frames.shape[2] // PREVIEW_WIDTH))
-                preview.extend(f[::step, ::step] for i, f in enumerate(frames, t) if i % every == 0)
-                t += len(frames)
-                yield frames
-
-        write_video(path, kept(caption(episode)))
-        self.logger.video(
-            {
-                "kind": "video",
-                "step": updates * self.steps_per_update,
-                "updates": updates,
-                "path": path,
-                "frames": np.stack(preview),
-                "fps": max(1, FPS // every),
-                "return": episode.episode_return,
-            }
-        )
-        return path
-
-    def _check(self) -> None:
-        done = [f for f in self.pending if f.done()]
-        self.pending = [f for f in self.pending if not f.done()]
-        for future in done:
-            future.result()  # raises the thread's error here, in the training thread
+    def _check(self, stopped: bool = False) -> None:
+        """Raises the process's failure, if any, here (the training thread)."""
+        if self.error is None and (stopped or self.process.poll() not in (None, 0)):
+            self.reader.join(timeout=10)
+        if self.error is None and self.process.poll() not in (None, 0):
+            self.error = f"it stopped (exit status {self.process.returncode})"
+        if self.error is not None:
+            raise RuntimeError(
+                f"--video-interval: the video process failed: {self.error} "
+                f"(its log: {self.log_path})"
+            )
 
     def close(self, timeout: float = 600.0) -> None:
-        """Waits (at most ``timeout`` seconds) for the videos still being written."""
+        """Waits (at most ``timeout`` seconds) for the videos still being written, then stops
+        the process."""
         try:
-            for future in self.pending:
-                future.result(timeout=timeout)
-            self.pending = []
+            self.process.stdin.close()
+            self.process.wait(timeout=timeout)
+            self.reader.join(timeout=timeout)
+            self._check()
+            if self.pending:
+                raise RuntimeError(
+                    f"--video-interval: the videos of updates {sorted(self.pending)} were not "
+                    f"written (the video process's log: {self.log_path})"
+                )
+            shutil.rmtree(self.jobs, ignore_errors=True)  # its log too: nothing went wrong
         finally:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.stop()
+
+    def stop(self) -> None:
+        """Stops the process now (a run that ends with an error or Ctrl-C)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
 
 
 __all__ = [
@@ -354,4 +449,5 @@ __all__ = [
     "caption",
     "record_host_episode",
     "record_jax_episode",
+    "write_episode",
 ]
