@@ -222,3 +222,14 @@ def test_a_video_without_the_video_extra_is_one_line_and_writes_nothing(
     assert cli.main(["eval", catch_run, "--video", str(tmp_path / "a.mp4")]) == 2
     assert "pip install 'podracer[video]'" in one_error_line(capsys)
     assert set(os.listdir(catch_run)) == before and not os.path.exists(tmp_path / "a.mp4")
+
+
+def test_a_failure_of_the_video_process_stops_the_run_with_its_cause(tmp_path, monkeypatch):
+    tests = os.path.dirname(__file__)
+    monkeypatch.syspath_prepend(tests)
+    monkeypatch.setenv("PYTHONPATH", tests + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run_dir = str(tmp_path / "run")
+    argv = ["train", "--env", "video_envs:FailingDrawing", "--run-dir", run_dir, "--quiet"]
+    with pytest.raises(RuntimeError, match="this drawing fails on purpose"):
+        cli.main([*argv, "--total-timesteps", "8192", "--video-interval", "2"])
+    assert not os.path.exists(os.path.join(run_dir, "videos", "update2.mp4"))
