@@ -233,3 +233,26 @@ def test_a_failure_of_the_video_process_stops_the_run_with_its_cause(tmp_path, m
     with pytest.raises(RuntimeError, match="this drawing fails on purpose"):
         cli.main([*argv, "--total-timesteps", "8192", "--video-interval", "2"])
     assert not os.path.exists(os.path.join(run_dir, "videos", "update2.mp4"))
+
+
+@pytest.mark.slow
+def test_a_run_of_several_members_shows_the_member_asked_for_or_the_best(tmp_path, capsys):
+    run_dir = str(tmp_path / "members")
+    assert (
+        cli.main(
+            [*TRAIN, "--total-timesteps", "8192", "--arch.num-seeds", "2", "--run-dir", run_dir]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert cli.main(["eval", run_dir, "--episodes", "10"]) == 0
+    per_member = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["per_seed_mean"]
+    for flags, expected in ((["--member", "1"], 1), (["--best"], int(np.argmax(per_member)))):
+        path = str(tmp_path / f"{flags[0][2:]}.gif")
+        assert cli.main(["eval", run_dir, "--video", path, *flags]) == 0
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert result["member"] == expected
+        caption_strip = iio.imread(path)[0, :CAPTION_HEIGHT]
+        assert (caption_strip > 128).any()  # the member's caption
+    assert cli.main(["eval", run_dir, "--video", "--member", "2"]) == 2
+    assert "--member=2 is not allowed: the run has 2 member(s), 0..1" in one_error_line(capsys)
