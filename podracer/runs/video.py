@@ -45,6 +45,36 @@ MAX_STEPS = 10_000
 """Steps of an episode a video shows at most (``podracer eval --video --max-steps``): a longer
 episode's video stops there."""
 
+DUTY = 0.2
+"""The share of its time the video process works while the run trains (it sleeps the rest,
+after each chunk of frames it draws and each library it imports): what it does on an idle core
+still slows the training through the caches and memory it shares (0.90x steps/s on a 2-core
+CPU when it worked without a pause). Once the training ends it works at full speed."""
+
+TRAINED = "trained"
+"""The file of ``videos/.jobs`` that tells the video process the training has ended."""
+
+BOOT = """
+import contextlib, os, runpy, sys, time
+with contextlib.suppress(AttributeError, OSError):
+    os.nice(19)
+with contextlib.suppress(AttributeError, OSError):
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+trained = TRAINED_FILE
+for module in ("numpy", "jax", "podracer.runs"):  # its imports are work too: paced
+    start = time.perf_counter()
+    __import__(module)
+    if not os.path.exists(trained):
+        time.sleep((time.perf_counter() - start) * PAUSE)
+sys.argv[0] = "podracer.runs.video_worker"
+runpy.run_module("podracer.runs.video_worker", run_name="__main__", alter_sys=True)
+"""
+"""What the video process runs (``python -c BOOT RUN_DIR``): itself at the lowest priority
+(Linux's ``SCHED_IDLE``: it runs only where the training leaves a core idle, and a training
+thread that wakes takes the core back at once; else the lowest nice value), inherited by its
+threads and its ffmpeg; then its imports (JAX and the run's libraries, seconds of work),
+paced as its videos are (:data:`DUTY`); then :mod:`podracer.runs.video_worker`."""
+
 JOBS_DIR = ".jobs"
 """The folder of ``videos/`` where ``--video-interval`` hands its jobs to the video process."""
 
@@ -300,11 +330,13 @@ def choose_member(system, state, seed: int, updates: int, member: int | None, be
     return 0
 
 
-def write_episode(path: str, episode: Episode, *, member: int | None = None) -> dict[str, Any]:
+def write_episode(
+    path: str, episode: Episode, *, member: int | None = None, pace=None
+) -> dict[str, Any]:
     """Writes ``episode`` (captioned) to ``path`` and its preview beside it (``path`` with
     ``.preview.gif``: every few frames, at most :data:`PREVIEW_WIDTH` wide, at most
     :data:`PREVIEW_FRAMES` frames: what TensorBoard shows); returns what a ``"video"`` record
-    says of them."""
+    says of them. ``pace()``, where given, is called after each chunk of frames is drawn."""
     every = max(1, -(-episode.num_frames // PREVIEW_FRAMES))
     preview: list[np.ndarray] = []
 
@@ -315,6 +347,8 @@ def write_episode(path: str, episode: Episode, *, member: int | None = None) -> 
             preview.extend(f[::step, ::step] for i, f in enumerate(frames, t) if i % every == 0)
             t += len(frames)
             yield frames
+            if pace is not None:
+                pace()
 
     count = write_video(path, kept(caption(episode, member=member)))
     preview_path = os.path.splitext(path)[0] + ".preview.gif"
@@ -355,7 +389,7 @@ class VideoRecorder:
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "podracer.runs.video_worker", run_dir],
+                [sys.executable, "-c", self._boot(), run_dir],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -367,6 +401,11 @@ class VideoRecorder:
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, name="podracer-video", daemon=True)
         self.reader.start()
+
+    def _boot(self) -> str:
+        """:data:`BOOT` with this run's pause and file of the training's end."""
+        trained = repr(os.path.join(self.jobs, TRAINED))
+        return BOOT.replace("PAUSE", repr(1 / DUTY - 1)).replace("TRAINED_FILE", trained)
 
     def submit(self, state, updates: int) -> None:
         self._check()
@@ -421,6 +460,7 @@ class VideoRecorder:
         """Waits (at most ``timeout`` seconds) for the videos still being written, then stops
         the process."""
         try:
+            open(os.path.join(self.jobs, TRAINED), "w").close()  # the worker: full speed now
             self.process.stdin.close()
             self.process.wait(timeout=timeout)
             self.reader.join(timeout=timeout)
