@@ -209,10 +209,8 @@ class SebulbaSystem(NamedTuple):
             learner_device_ids=self.config.learner_device_ids[:1],
         )
         offsets = member_offsets(self.config, self.members)
-        build = agent_of(self.recipe, self.members)
 
         def evaluate(state, updates) -> np.ndarray:
-            learner, hparams = jax.device_get((state.learner, state.hparams))
             rows = []
             for p, offset in enumerate(offsets):
                 make_env = env_factory(
@@ -222,9 +220,7 @@ class SebulbaSystem(NamedTuple):
                     evaluation=True,
                     seed_offsets=(int(offset),),
                 )
-                agent, _ = build({n: v[p] for n, v in hparams.items()})
-                member = jax.tree.map(lambda x, p=p: x[p], learner)
-                params = agent.actor_params(member.params, one_device(agent, member.agent_state))
+                agent, params = self.policy(state, p)
                 env = make_env(0)
                 try:
                     key = jax.random.fold_in(eval_key(seed, updates), p)
