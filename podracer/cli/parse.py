@@ -83,7 +83,7 @@ def _add_run_flags(parser: argparse.ArgumentParser, agent_names: Sequence[str]) 
         "--total_timesteps",
         type=int,
         metavar="N",
-        help="environment steps per seed (500000)",
+        help="environment steps per seed (500000, or the preset's where it sets one)",
     )
     parser.add_argument(
         "--seed", type=int, metavar="S", help="run seed (seeds seed..seed+N-1 for N seeds)"
@@ -318,6 +318,10 @@ def _resolve_selectors(selectors: argparse.Namespace, file: dict, where: str):
             f"{where}: unknown key(s) {', '.join(unknown)}; the keys are "
             f"{', '.join(SELECTORS)}, {', '.join(sections)}"
         )
+    # A preset may set the run's length where neither the flag nor the file does.
+    selectors.total_timesteps_given = (
+        selectors.total_timesteps is not None or "total_timesteps" in file
+    )
     for name, default in zip(SELECTORS, SELECTOR_DEFAULTS, strict=True):
         if getattr(selectors, name) is None:
             setattr(selectors, name, file.get(name, default))
@@ -352,11 +356,13 @@ def _config_fields(selectors, loop, file: dict, where: str, rest: Sequence[str])
 
     agent_spec = selectors.agent_spec
     arch_defaults = loops.loop_defaults(agent_spec, loop)
-    preset = preset_for(agent_spec, selectors.env, loop)
+    preset = preset_for(agent_spec, selectors.env, loop, _has_memory(agent_spec, file, rest))
     agent_preset = {}
     if preset is not None:
         arch_defaults.update(preset.loop)
         agent_preset = dict(preset.agent)
+        if preset.total_timesteps is not None and not selectors.total_timesteps_given:
+            selectors.total_timesteps = preset.total_timesteps
         if not selectors.help:
             print(describe(preset, selectors.agent, selectors.env), file=sys.stderr)
     agent_default = dataclass_from_dict(
@@ -386,6 +392,24 @@ def _config_fields(selectors, loop, file: dict, where: str, rest: Sequence[str])
     elif any(a.startswith("--population.") for a in rest):
         raise CLIError("--population.FIELD needs --population P (the number of members) before it")
     return fields
+
+
+def _has_memory(agent_spec, file: dict, rest: Sequence[str]) -> bool:
+    """Whether the run's agent has memory (its ``memory`` field, from ``--agent.memory``, else
+    ``--config``'s ``agent_config``, else the config's default, is not ``"none"``): a preset's
+    ``"memory"`` sections apply then (:func:`podracer.loops.presets.preset_for`)."""
+    value = None
+    for i, arg in enumerate(rest):
+        if arg.startswith("--agent.memory="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--agent.memory" and i + 1 < len(rest):
+            value = rest[i + 1]
+    if value is None:
+        value = file.get("agent_config", {}).get("memory")
+    if value is None:
+        default = getattr(agent_spec.config_cls, "memory", None)
+        value = default if isinstance(default, str) else "none"
+    return value != "none"
 
 
 def _parse_fields(selectors, fields: list, rest: list[str]):

@@ -102,7 +102,12 @@ HOST_PRESETS: tuple[tuple[str, str], ...] = (
 """The presets of the host kinds' ids (envpool's and gymnasium's names are alike)."""
 
 FAMILIES: list[Family] = [
-    Family("catch", jax="podracer.envs.jax.catch:make", render="podracer.envs.render.drawn:catch"),
+    Family(
+        "catch",
+        jax="podracer.envs.jax.catch:make",
+        presets="catch",
+        render="podracer.envs.render.drawn:catch",
+    ),
     # MinAtar's 10x10 frames in JAX, [H, W, C] with a channel per object, and classic control.
     Family(
         "gymnax:",
