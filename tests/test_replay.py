@@ -287,43 +287,6 @@ def test_a_resumed_run_restores_the_buffer_bitwise(tmp_path):
 
 
 @pytest.mark.slow
-def test_dqn_learns_cartpole_from_the_command_line(tmp_path):
-    # The defaults with the classic_control preset (podracer/loops/presets.py), measured at 1e5
-    # steps, seeds 0-2: 441, 475, 335 (random play: about 22); at 5e5 steps, the length the
-    # preset is for: 485, 500, 485 (docs/agents.md; too slow for the suite).
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "podracer.cli.main",
-            "train",
-            "--agent",
-            "dqn",
-            "--total-timesteps",
-            "100000",
-            "--quiet",
-            "--no-tensorboard",
-            "--run-dir",
-            str(tmp_path / "run"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "preset 'classic_control' for --agent dqn" in done.stderr
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["final_return"] >= 300.0, summary
-
-
-@pytest.mark.slow
 def test_a_dqn_tournament_carries_its_buffers_and_hyper_parameters(tmp_path):
     """A population of DQN members over lr and the final exploration rate: each member keeps
     its own buffer; a tournament copies the winner's params, target network and buffer."""
