@@ -18,12 +18,11 @@ import defaults  # benchmarks/defaults.py
 ROWS = {row.name: row for row in defaults.matrix()}
 
 # The rows that missed their aim with the previous defaults (seed 0 unless said), and the
-# preset that fixed each (podracer/agents/*.py, "presets").
+# preset that fixed each (podracer/agents/*.py, "presets"). IMPALA's two rows
+# (anakin-impala-cartpole: 257; sebulba-impala-gru-cartpole: 9.4, the recurrent policy
+# collapsed to one action) are better with their preset but not yet held here: five seeds in
+# six reach the aim (docs/defaults.md), so a test of one seed would fail one run in six.
 FIXED = {
-    # 9.4: the recurrent policy collapsed to one action; lr 5e-4 and 1e6 steps.
-    "sebulba-impala-gru-cartpole": "preset 'classic_control' for --agent impala",
-    # 257 at 5e5 steps; 1e6 steps.
-    "anakin-impala-cartpole": "preset 'classic_control' for --agent impala",
     # 0.57 with lr 1e-4 over 5e5 steps; lr 1e-3 over 1e6.
     "anakin-qlambda-catch": "preset 'catch' for --agent qlambda",
     # 392 with lr 2.5e-4 over 5e5 steps; lr 1e-3 over 8e5.
