@@ -219,23 +219,30 @@ def _number(x: float | None) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.2f}"
 
 
-def markdown(summaries: list[dict]) -> str:
-    """The summaries as a Markdown table, with each row's command."""
+def markdown(summaries: list[dict], rows: list[Row]) -> str:
+    """The summaries as a Markdown table, a line for each of ``rows`` (one without a summary
+    says so), then each row's command."""
     lines = [
         "| row | final return per seed | IQM [95% CI] | aim | passed | steps/s | wall (s) |",
         "|---|---|---|---:|:---:|---:|---:|",
     ]
+    measured = {s["row"] for s in summaries}
     for s in summaries:
         finals = ", ".join(_number(x) for x in s["finals"])
         iqm = f"**{_number(s['iqm'])}** [{_number(s['ci_low'])}, {_number(s['ci_high'])}]"
         sps = f"{s['sps']:,.0f}" if s["sps"] else "-"
-        mark = "yes" if s["passed"] else "**no**"
+        n = len(s["seeds"])
+        mark = "**no**" if not s["passed"] else ("yes" if n >= 3 else f"{n} seed(s) so far")
         aim = f">= {_number(s['threshold'])}"
         lines.append(
             f"| `{s['row']}` | {finals} | {iqm} | {aim} | {mark} | {sps} | {s['wall_s']:,.0f} |"
         )
+    for row in rows:
+        if row.name not in measured:
+            aim = f">= {_number(row.threshold)}"
+            lines.append(f"| `{row.name}` | not measured yet | - | {aim} | - | - | - |")
     lines += ["", "The commands (add `--seed 0`, `1`, `2`):", "", "```bash"]
-    lines += [s["command"] for s in summaries]
+    lines += ["podracer " + " ".join(row.command(0)[:-2]) for row in rows]
     lines += ["```"]
     return "\n".join(lines)
 
@@ -310,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries = summarize(rows, records)
     for s in summaries:
         emit(s, args.out if not args.summarize else None)
-    table = markdown(summaries)
+    table = markdown(summaries, rows)
     print(table, file=sys.stderr)
     if args.docs:
         when = max((r.get("date", "") for r in records), default="")

@@ -148,7 +148,7 @@ def test_the_built_in_rows():
         "navix:Navix-Empty-5x5-v0": "minigrid",
         "xminigrid:MiniGrid-Empty-5x5": "minigrid",
         "trading:synthetic": "trading",
-        "catch": None,
+        "catch": "catch",
         "gymnax:MemoryChain-bsuite": None,
     }
     assert {env_id: registry.preset_family(env_id) for env_id in presets} == presets
